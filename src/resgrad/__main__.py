@@ -1,0 +1,7 @@
+"""``python -m resgrad`` is the ``resgrad`` command."""
+
+import sys
+
+from resgrad.cli import main
+
+sys.exit(main())

@@ -1,0 +1,95 @@
+"""Shared pieces of the CLI: a parser whose errors are one line, and flag types."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from typing import NoReturn
+
+
+class Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line on stderr and exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"{self.prog}: error: {message}", file=sys.stderr)
+        sys.exit(2)
+
+
+def positive_int(text: str) -> int:
+    """A flag value that must be an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def nonneg_int(text: str) -> int:
+    """A flag value that must be an integer >= 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}")
+    return value
+
+
+def seed(text: str) -> int:
+    """A seed: an integer in [0, 2**32)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer seed, got {text!r}") from None
+    if not 0 <= value < 2**32:
+        raise argparse.ArgumentTypeError(f"expected a seed in [0, 2**32), got {text!r}")
+    return value
+
+
+def finite_float(text: str) -> float:
+    """A flag value that must be a finite real number."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """A flag value that must be a finite number > 0."""
+    value = finite_float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    return value
+
+
+def int_list(text: str) -> tuple[int, ...]:
+    """A comma-separated list of positive integers, e.g. ``1,5,10,20``."""
+    parts = [p.strip() for p in text.split(",")]
+    if not text.strip() or any(p == "" for p in parts):
+        raise argparse.ArgumentTypeError(
+            f"expected a comma-separated list of positive integers, got {text!r}"
+        )
+    return tuple(positive_int(p) for p in parts)
+
+
+def name_list(choices: tuple[str, ...]):
+    """A comma-separated list of names, each one of ``choices``."""
+
+    def parse(text: str) -> tuple[str, ...]:
+        parts = [p.strip() for p in text.split(",")]
+        if not text.strip() or any(p == "" for p in parts):
+            raise argparse.ArgumentTypeError(f"expected a comma-separated list, got {text!r}")
+        for p in parts:
+            if p not in choices:
+                raise argparse.ArgumentTypeError(
+                    f"unknown name {p!r}; expected one of {', '.join(choices)}"
+                )
+        return tuple(parts)
+
+    return parse
