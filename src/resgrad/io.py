@@ -1,0 +1,80 @@
+"""Atomic file writes: a reader sees the old file or the new one, never half of one.
+
+The recipe: write to a temporary file in the destination's own directory (so
+the rename stays on one filesystem), flush and fsync it, ``os.replace`` it over
+the destination (atomic on POSIX and Windows), then fsync the directory so the
+rename itself survives a power cut. A process killed at any moment leaves
+either the previous file or the new one, plus at worst a stray ``.tmp`` file.
+
+This is a low-level module: it imports nothing from resgrad.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable
+from typing import BinaryIO
+
+__all__ = ["atomic_write", "atomic_write_bytes", "atomic_write_text"]
+
+
+def _fsync_dir(directory: str) -> None:
+    # the rename lives in the directory entry; fsync it too (not possible on Windows)
+    if os.name != "posix":
+        return
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: str | os.PathLike, write_fn: Callable[[BinaryIO], None]) -> None:
+    """Write ``path`` atomically; ``write_fn(f)`` writes the content to a binary file.
+
+    Parameters
+    ----------
+    path : str or PathLike
+        The destination. Its directory must exist.
+    write_fn : callable
+        Called once with a binary file object open for writing.
+
+    Raises
+    ------
+    OSError
+        If the directory does not exist or cannot be written. The destination
+        is then untouched and no temporary file is left behind.
+    """
+    path = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise FileNotFoundError(f"directory {directory!r} does not exist (writing {path!r})")
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write_fn(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    _fsync_dir(directory)
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically (see :func:`atomic_write`)."""
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise TypeError(f"data must be bytes, got {type(data).__name__}")
+    atomic_write(path, lambda f: f.write(data))
+
+
+def atomic_write_text(path: str | os.PathLike, text: str, encoding: str = "utf-8") -> None:
+    """Write ``text`` to ``path`` atomically, encoded as ``encoding`` (UTF-8 by default)."""
+    if not isinstance(text, str):
+        raise TypeError(f"text must be str, got {type(text).__name__}")
+    atomic_write_bytes(path, text.encode(encoding))
