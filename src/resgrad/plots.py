@@ -1,0 +1,214 @@
+"""Plots of gradient flow: matplotlib on the Agg backend, PNG or SVG by extension.
+
+Legend: L = depth (number of layers), K = number of seeds.
+
+A plot is described by a :class:`PlotSpec` (title, labelled axes, their scales and
+the series to draw), rendered by :func:`make_figure` and written atomically by
+:func:`save_plot`. The spec holds the very numbers that are drawn, so a caller
+(or a test) can compare them with the numbers it measured; :func:`plotted_series`
+reads them back out of a rendered figure's artists.
+
+The figure is a ``matplotlib.figure.Figure`` drawn on a ``FigureCanvasAgg``:
+pyplot is never imported, so no global backend or figure registry is touched
+(``MPLBACKEND`` and ``matplotlib.use`` are left alone) and no display is needed.
+
+This module imports nothing from resgrad but :mod:`resgrad.io`.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from resgrad.io import atomic_write_bytes
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+__all__ = [
+    "FORMATS",
+    "PlotSpec",
+    "Series",
+    "make_figure",
+    "plot_format",
+    "plotted_series",
+    "render_plot",
+    "save_plot",
+]
+
+FORMATS = {".png": "png", ".svg": "svg"}  # file extension -> matplotlib format
+SCALES = ("linear", "log")
+
+
+def plot_format(path: str | os.PathLike) -> str:
+    """The image format for ``path`` from its extension: ``"png"`` or ``"svg"``.
+
+    Raises
+    ------
+    ValueError
+        If the extension is neither ``.png`` nor ``.svg`` (case-insensitive).
+    """
+    ext = os.path.splitext(os.fspath(path))[1].lower()
+    if ext not in FORMATS:
+        raise ValueError(
+            f"cannot tell the plot format of {os.fspath(path)!r}: "
+            f"expected a file name ending in {' or '.join(FORMATS)}"
+        )
+    return FORMATS[ext]
+
+
+def _floats(name: str, values: Sequence[float]) -> tuple[float, ...]:
+    out = tuple(float(v) for v in values)
+    if any(math.isnan(v) for v in out):
+        raise ValueError(f"{name} holds NaN: {out!r}")
+    return out
+
+
+@dataclass(frozen=True)
+class Series:
+    """One line of a plot: ``y`` against ``x``, with an optional shaded band.
+
+    ``lo`` and ``hi`` (both or neither) bound a band drawn around the line, e.g.
+    the min and max over K seeds.
+    """
+
+    label: str  # legend entry
+    x: tuple[float, ...]  # (n,)
+    y: tuple[float, ...]  # (n,)
+    lo: tuple[float, ...] | None = None  # (n,) lower edge of the band
+    hi: tuple[float, ...] | None = None  # (n,) upper edge of the band
+
+    def __post_init__(self):
+        if not isinstance(self.label, str) or not self.label:
+            raise ValueError(f"label must be a non-empty string, got {self.label!r}")
+        object.__setattr__(self, "x", _floats("x", self.x))
+        object.__setattr__(self, "y", _floats("y", self.y))
+        if len(self.x) != len(self.y) or not self.x:
+            raise ValueError(
+                f"series {self.label!r}: x and y must be non-empty and of equal length, "
+                f"got {len(self.x)} and {len(self.y)}"
+            )
+        if (self.lo is None) != (self.hi is None):
+            raise ValueError(f"series {self.label!r}: give both lo and hi, or neither")
+        for name in ("lo", "hi"):
+            v = getattr(self, name)
+            if v is not None:
+                v = _floats(name, v)
+                if len(v) != len(self.x):
+                    raise ValueError(
+                        f"series {self.label!r}: {name} has {len(v)} values, expected {len(self.x)}"
+                    )
+                object.__setattr__(self, name, v)
+
+
+@dataclass(frozen=True)
+class PlotSpec:
+    """What to draw: labelled axes, their scales, and the series with a legend."""
+
+    title: str
+    xlabel: str
+    ylabel: str
+    series: tuple[Series, ...]
+    xscale: str = "linear"  # one of SCALES
+    yscale: str = "log"  # one of SCALES; gradient norms span orders of magnitude
+    notes: tuple[str, ...] = field(default=())  # small text lines under the title
+
+    def __post_init__(self):
+        object.__setattr__(self, "series", tuple(self.series))
+        if not self.series:
+            raise ValueError("a plot needs at least one series, got none")
+        for s in self.series:
+            if not isinstance(s, Series):
+                raise TypeError(f"series must be Series objects, got {type(s).__name__}")
+        labels = [s.label for s in self.series]
+        if len(set(labels)) != len(labels):
+            raise ValueError(f"series labels must be distinct, got {labels!r}")
+        for name in ("xlabel", "ylabel"):
+            if not getattr(self, name):
+                raise ValueError(f"{name} must be a non-empty string, got {getattr(self, name)!r}")
+        for name in ("xscale", "yscale"):
+            if getattr(self, name) not in SCALES:
+                raise ValueError(f"{name} must be one of {SCALES}, got {getattr(self, name)!r}")
+        object.__setattr__(self, "notes", tuple(self.notes))
+
+
+def make_figure(spec: PlotSpec) -> Figure:
+    """Render ``spec`` on a new Agg figure (no pyplot, no global state).
+
+    Each series is one line (``ax.get_lines()`` in the order of ``spec.series``);
+    non-positive values on a log axis are masked, not clipped, so a zero
+    gradient leaves a gap instead of a fake point.
+    """
+    # imported here, not at the top: matplotlib takes ~0.3 s to import and most
+    # commands never draw
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
+
+    fig = Figure(figsize=(7.0, 4.5), dpi=100)
+    FigureCanvasAgg(fig)  # attaches itself to fig
+    ax = fig.add_subplot(1, 1, 1)
+    for s in spec.series:
+        (line,) = ax.plot(s.x, s.y, marker="o", markersize=2.5, linewidth=1.4, label=s.label)
+        if s.lo is not None:
+            ax.fill_between(s.x, s.lo, s.hi, color=line.get_color(), alpha=0.18, linewidth=0)
+    if spec.xscale == "log":
+        ax.set_xscale("log", nonpositive="mask")
+    elif all(v == int(v) for s in spec.series for v in s.x):
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # layer indices, depths
+    if spec.yscale == "log":
+        ax.set_yscale("log", nonpositive="mask")
+    ax.set_xlabel(spec.xlabel)
+    ax.set_ylabel(spec.ylabel)
+    title = spec.title if not spec.notes else spec.title + "\n" + "\n".join(spec.notes)
+    ax.set_title(title, fontsize=10)
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend(fontsize=8, loc="best")
+    fig.tight_layout()
+    return fig
+
+
+def plotted_series(fig: Figure) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Read back what ``fig`` draws: legend label -> (x, y) of each line."""
+    ax = fig.axes[0]
+    return {
+        line.get_label(): (np.asarray(line.get_xdata(), float), np.asarray(line.get_ydata(), float))
+        for line in ax.get_lines()
+    }
+
+
+def render_plot(spec: PlotSpec, fmt: str) -> bytes:
+    """The image bytes of ``spec`` as ``fmt`` (``"png"`` or ``"svg"``)."""
+    if fmt not in FORMATS.values():
+        raise ValueError(f"format must be one of {tuple(FORMATS.values())}, got {fmt!r}")
+    from matplotlib import rc_context
+
+    fig = make_figure(spec)
+    buf = io.BytesIO()
+    # the same spec gives the same bytes: no creation date, and SVG element ids hashed
+    # from a fixed salt instead of random ones (rc_context restores the setting after)
+    metadata = {"Date": None} if fmt == "svg" else {}
+    with rc_context({"svg.hashsalt": "resgrad"}):
+        fig.savefig(buf, format=fmt, metadata=metadata)
+    return buf.getvalue()
+
+
+def save_plot(spec: PlotSpec, path: str | os.PathLike) -> PlotSpec:
+    """Write ``spec`` to ``path`` atomically, PNG or SVG by extension; return ``spec``.
+
+    Raises
+    ------
+    ValueError
+        If the extension is not ``.png`` or ``.svg`` (checked before anything is drawn).
+    OSError
+        If ``path`` cannot be written; no file is left behind then.
+    """
+    fmt = plot_format(path)
+    atomic_write_bytes(path, render_plot(spec, fmt))
+    return spec

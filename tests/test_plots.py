@@ -1,0 +1,135 @@
+import os
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+
+import numpy as np
+import pytest
+
+from resgrad.plots import (
+    PlotSpec,
+    Series,
+    make_figure,
+    plot_format,
+    plotted_series,
+    render_plot,
+    save_plot,
+)
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def spec(**kw):
+    base = dict(
+        title="t",
+        xlabel="layer index",
+        ylabel="||dL/dx||",
+        series=(
+            Series("a", [0, 1, 2], [1.0, 1e-3, 1e-6]),
+            Series("b", [0, 1, 2], [2.0, 3.0, 4.0], lo=[1.5, 2.5, 3.5], hi=[2.5, 3.5, 4.5]),
+        ),
+    )
+    base.update(kw)
+    return PlotSpec(**base)
+
+
+def test_png_is_a_valid_non_empty_png(tmp_path):
+    path = tmp_path / "f.png"
+    save_plot(spec(), path)
+    data = path.read_bytes()
+    assert data[:8] == PNG_MAGIC and len(data) > 1000
+    assert data[12:16] == b"IHDR"
+
+
+def test_svg_parses_as_xml_and_is_svg(tmp_path):
+    path = tmp_path / "f.SVG"  # extension case does not matter
+    save_plot(spec(), path)
+    root = ET.parse(path).getroot()
+    assert root.tag.endswith("svg")
+    text = path.read_text()
+    assert "layer index" in text or "layer" in text
+
+
+def test_the_same_spec_gives_the_same_svg_bytes():
+    assert render_plot(spec(), "svg") == render_plot(spec(), "svg")
+
+
+def test_plotted_series_are_exactly_the_numbers_given():
+    s = spec()
+    fig = make_figure(s)
+    drawn = plotted_series(fig)
+    assert list(drawn) == ["a", "b"]
+    for series in s.series:
+        x, y = drawn[series.label]
+        np.testing.assert_array_equal(x, series.x)
+        np.testing.assert_array_equal(y, series.y)
+    ax = fig.axes[0]
+    assert ax.get_yscale() == "log" and ax.get_xscale() == "linear"
+    assert ax.get_xlabel() == "layer index" and ax.get_ylabel() == "||dL/dx||"
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["a", "b"]
+
+
+def test_log_log_axes():
+    ax = make_figure(spec(xscale="log")).axes[0]
+    assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
+
+
+def test_pyplot_and_the_global_backend_are_never_touched():
+    # in a fresh interpreter: drawing and saving must not import pyplot or pick a backend
+    code = (
+        "import sys, io; from resgrad.plots import *; "
+        "s = PlotSpec('t', 'x', 'y', (Series('a', [0, 1], [1.0, 2.0]),)); "
+        "render_plot(s, 'png'); render_plot(s, 'svg'); "
+        "import matplotlib; print('matplotlib.pyplot' in sys.modules, "
+        "matplotlib.rcParams._get_backend_or_none())"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "MPLBACKEND"}
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split() == ["False", "None"]
+
+
+@pytest.mark.parametrize("name", ["f.pdf", "f", "f.png.txt", "f.jpeg"])
+def test_unknown_extension_is_a_value_error_and_writes_nothing(tmp_path, name):
+    with pytest.raises(ValueError, match="expected a file name ending in .png or .svg"):
+        save_plot(spec(), tmp_path / name)
+    assert os.listdir(tmp_path) == []
+
+
+def test_unwritable_directory_is_an_os_error_and_leaves_nothing(tmp_path):
+    with pytest.raises(OSError):
+        save_plot(spec(), tmp_path / "missing" / "f.png")
+    assert os.listdir(tmp_path) == []
+
+
+def test_plot_format():
+    assert plot_format("a/b.PNG") == "png" and plot_format("x.svg") == "svg"
+
+
+@pytest.mark.parametrize(
+    "kwargs, msg",
+    [
+        ({"series": ()}, "at least one series"),
+        ({"yscale": "symlog"}, "yscale must be one of"),
+        ({"xlabel": ""}, "xlabel must be a non-empty string"),
+        ({"series": (Series("a", [0], [1.0]), Series("a", [0], [2.0]))}, "distinct"),
+    ],
+)
+def test_bad_spec(kwargs, msg):
+    with pytest.raises(ValueError, match=msg):
+        spec(**kwargs)
+
+
+@pytest.mark.parametrize(
+    "args, kwargs, msg",
+    [
+        (("a", [0, 1], [1.0]), {}, "equal length"),
+        (("a", [], []), {}, "non-empty"),
+        (("a", [0], [float("nan")]), {}, "NaN"),
+        (("a", [0], [1.0]), {"lo": [0.5]}, "both lo and hi"),
+        (("", [0], [1.0]), {}, "label"),
+    ],
+)
+def test_bad_series(args, kwargs, msg):
+    with pytest.raises(ValueError, match=msg):
+        Series(*args, **kwargs)
