@@ -1,0 +1,189 @@
+"""``resgrad train``, ``resgrad sample`` and ``resgrad depth-train``: a GPT trained from scratch."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+
+from resgrad.blocks import INITS, VARIANTS
+from resgrad.cli import _common
+from resgrad.sample import sample_text
+from resgrad.train import (
+    DepthTrainConfig,
+    TrainConfig,
+    TrainingDiverged,
+    depth_train,
+    resume_config,
+    train,
+)
+
+# flag -> (TrainConfig field, type, help); nanoGPT's names with dashes
+TRAIN_FLAGS = [
+    ("--n-layer", _common.positive_int, "transformer blocks L"),
+    ("--n-head", _common.positive_int, "attention heads H (must divide --n-embd)"),
+    ("--n-embd", _common.positive_int, "width C of the residual stream"),
+    ("--block-size", _common.positive_int, "context length T"),
+    ("--batch-size", _common.positive_int, "sequences per step B"),
+    ("--max-iters", _common.nonneg_int, "total optimizer steps"),
+    ("--lr", _common.positive_float, "peak learning rate"),
+    ("--min-lr", _common.finite_float, "learning rate at the end of the cosine decay"),
+    ("--warmup-iters", _common.nonneg_int, "steps of linear warmup"),
+    ("--lr-decay-iters", _common.positive_int, "step where the cosine reaches --min-lr"),
+    ("--weight-decay", _common.finite_float, "AdamW decoupled weight decay (2-D weights only)"),
+    ("--beta1", _common.finite_float, "AdamW beta1"),
+    ("--beta2", _common.finite_float, "AdamW beta2"),
+    ("--grad-clip", _common.finite_float, "clip the global gradient norm to this (0: off)"),
+    ("--dropout", _common.finite_float, "dropout probability in [0, 1)"),
+    ("--eval-interval", _common.positive_int, "steps between evaluations and checkpoints"),
+    ("--eval-iters", _common.positive_int, "batches per split in each evaluation"),
+    ("--variant", None, "residual scheme; 'none' removes the + x path"),
+    ("--init", None, "weight initialization"),
+    ("--seed", _common.seed, "seed of the init, batches and dropout"),
+    ("--data", str, "a UTF-8 text file (default: the Python reference manual, built in)"),
+]
+
+
+def _field(flag: str) -> str:
+    return flag[2:].replace("-", "_")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    d = TrainConfig()
+    p = sub.add_parser(
+        "train",
+        help="train a character-level GPT from scratch (nanoGPT's flags)",
+        description="Train a character-level GPT in NumPy with AdamW, warmup + cosine "
+        "learning rate and gradient clipping. Defaults are nanoGPT's CPU recipe on the "
+        "built-in corpus. At each evaluation: one log line, metrics.jsonl, loss.png, and "
+        "checkpoints (last.ckpt, best.ckpt) in --out-dir. With --resume, flags not given "
+        "keep the checkpoint's values.",
+    )
+    for flag, typ, help_ in TRAIN_FLAGS:
+        default = getattr(d, _field(flag))
+        kw = {"choices": VARIANTS if flag == "--variant" else INITS} if typ is None else {}
+        p.add_argument(
+            flag, type=typ or str, default=None, help=f"{help_} (default: {default})", **kw
+        )
+    p.add_argument(
+        "--out-dir", default=None, help=f"checkpoints, metrics and plot (default: {d.out_dir})"
+    )
+    p.add_argument(
+        "--resume", action="store_true", help="continue the run in --out-dir from last.ckpt"
+    )
+    p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser(
+        "sample",
+        help="generate text from a trained checkpoint (KV cache)",
+        description="Continue --start with --num-tokens characters sampled from the model "
+        "in --out-dir (last.ckpt, or best.ckpt with --best). Each new token reuses the "
+        "cached keys and values; past block_size tokens the context is cropped to the last "
+        "block_size.",
+    )
+    p.add_argument("--out-dir", required=True, help="a directory written by resgrad train")
+    p.add_argument("--start", default="\n", help="the text to continue (default: a newline)")
+    p.add_argument(
+        "--num-tokens", type=_common.nonneg_int, default=500, help="characters to generate"
+    )
+    p.add_argument(
+        "--temperature", type=_common.positive_float, default=0.8, help="softmax temperature"
+    )
+    p.add_argument(
+        "--top-k", type=_common.positive_int, default=200, help="sample among the k most likely"
+    )
+    p.add_argument("--seed", type=_common.seed, default=1337, help="seed of the sampler")
+    p.add_argument("--best", action="store_true", help="use best.ckpt instead of last.ckpt")
+    p.set_defaults(func=cmd_sample)
+
+    g = DepthTrainConfig()
+    p = sub.add_parser(
+        "depth-train",
+        help="the depth experiment on a real GPT: 12 layers with and without residuals",
+        description="Train the same deep GPT with --variants (default: none and pre-ln) for "
+        "the same steps on the same batches; write both loss curves on one plot and the "
+        "per-layer gradient norms at the first and last step (depth_train.png, "
+        "depth_train.json) in --out-dir, one subdirectory per variant.",
+    )
+    for flag, typ in [
+        ("--n-layer", _common.positive_int), ("--n-head", _common.positive_int),
+        ("--n-embd", _common.positive_int), ("--block-size", _common.positive_int),
+        ("--batch-size", _common.positive_int), ("--max-iters", _common.nonneg_int),
+        ("--lr", _common.positive_float), ("--eval-interval", _common.positive_int),
+        ("--eval-iters", _common.positive_int), ("--seed", _common.seed), ("--data", str),
+        ("--out-dir", str),
+    ]:  # fmt: skip
+        default = getattr(g, _field(flag))
+        p.add_argument(flag, type=typ, default=default, help=f"(default: {default})")
+    p.add_argument(
+        "--variants",
+        type=_common.name_list(VARIANTS),
+        default=g.variants,
+        help=f"comma-separated residual schemes (default: {','.join(g.variants)})",
+    )
+    p.set_defaults(func=cmd_depth_train)
+
+
+def _run(command, fn, *args, **kwargs):
+    """Call fn; a divergence is reported on one line (the caller exits 1)."""
+    try:
+        return fn(*args, **kwargs)
+    except TrainingDiverged as e:
+        print(f"resgrad {command}: {e}", file=sys.stderr)
+        return None
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    given = {
+        _field(flag): getattr(args, _field(flag))
+        for flag, _, _ in TRAIN_FLAGS
+        if getattr(args, _field(flag)) is not None
+    }
+    out_dir = args.out_dir if args.out_dir is not None else TrainConfig().out_dir
+    if args.resume:
+        cfg = resume_config(out_dir, **given)
+    else:
+        cfg = TrainConfig(**given, out_dir=out_dir)
+    res = _run("train", train, cfg, progress=None)
+    if res is None:
+        return 1
+    print(
+        f"done: {res.iterations} iterations in {res.seconds:.1f} s "
+        f"({res.ms_per_iter:.1f} ms per iteration); train loss {res.train_loss:.4f}, "
+        f"val loss {res.val_loss:.4f}, best val loss {res.best_val_loss:.4f}; in {res.out_dir}"
+    )
+    return 0
+
+
+def cmd_sample(args: argparse.Namespace) -> int:
+    text = sample_text(
+        args.out_dir,
+        args.start,
+        args.num_tokens,
+        temperature=args.temperature,
+        top_k=args.top_k,
+        seed=args.seed,
+        best=args.best,
+    )
+    print(text)
+    return 0
+
+
+def cmd_depth_train(args: argparse.Namespace) -> int:
+    fields = {f.name for f in dataclasses.fields(DepthTrainConfig)}
+    cfg = DepthTrainConfig(**{k: v for k, v in vars(args).items() if k in fields})
+    summary = _run("depth-train", depth_train, cfg, progress=None)
+    if summary is None:
+        return 1
+    L = cfg.n_layer
+    print(f"\n{'variant':<10} {'train':>8} {'val':>8}   grad norm of block 0 / block {L - 1}")
+    for v, s in summary["variants"].items():
+        first, last = s["first_step_layer_grad_norms"], s["last_step_layer_grad_norms"]
+        norms = (
+            f"first step {first[0]:.2e} / {first[-1]:.2e}, last step {last[0]:.2e} / {last[-1]:.2e}"
+            if first
+            else "-"
+        )
+        print(f"{v:<10} {s['train_loss']:>8.4f} {s['val_loss']:>8.4f}   {norms}")
+    print(f"plot: {cfg.out_dir}/depth_train.png, numbers: {cfg.out_dir}/depth_train.json")
+    return 0
