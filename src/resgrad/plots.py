@@ -149,7 +149,7 @@ def make_figure(spec: PlotSpec) -> Figure:
     # commands never draw
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
-    from matplotlib.ticker import MaxNLocator
+    from matplotlib.ticker import MaxNLocator, NullFormatter
 
     fig = Figure(figsize=(7.0, 4.5), dpi=100)
     FigureCanvasAgg(fig)  # attaches itself to fig
@@ -158,10 +158,15 @@ def make_figure(spec: PlotSpec) -> Figure:
         (line,) = ax.plot(s.x, s.y, marker="o", markersize=2.5, linewidth=1.4, label=s.label)
         if s.lo is not None:
             ax.fill_between(s.x, s.lo, s.hi, color=line.get_color(), alpha=0.18, linewidth=0)
+    integer_x = all(v == int(v) for s in spec.series for v in s.x)  # layer indices, depths
     if spec.xscale == "log":
         ax.set_xscale("log", nonpositive="mask")
-    elif all(v == int(v) for s in spec.series for v in s.x):
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # layer indices, depths
+        xs = sorted({v for s in spec.series for v in s.x if v > 0})
+        if integer_x and len(xs) <= 12:  # label each depth plainly: 2, 4, 8, not 2x10^0
+            ax.set_xticks(xs, [f"{v:g}" for v in xs])
+            ax.xaxis.set_minor_formatter(NullFormatter())
+    elif integer_x:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     if spec.yscale == "log":
         ax.set_yscale("log", nonpositive="mask")
     ax.set_xlabel(spec.xlabel)

@@ -8,7 +8,7 @@ import dataclasses
 import io
 import json
 
-from resgrad.cli import _common
+from resgrad.cli import _common, flow_cmds
 from resgrad.lesson import (
     LESSON_BAR,
     GradcheckConfig,
@@ -68,6 +68,16 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="add Exercise 3's preservation ratio: input-gradient norm / sqrt(B*C)",
     )
     p.add_argument("--format", choices=FORMATS, default="table", help="output format")
+    p.add_argument(
+        "--per-layer",
+        action="store_true",
+        help="print the gradient norm reaching every layer's input, not only the input's",
+    )
+    p.add_argument(
+        "--plot",
+        metavar="PATH",
+        help="draw the deepest stack's per-layer gradient norm, log scale (.png or .svg)",
+    )
     p.set_defaults(func=cmd_depth)
 
     g = GradcheckConfig()
@@ -129,6 +139,11 @@ def cmd_depth(args: argparse.Namespace) -> int:
     cfg = StackConfig(
         depths=args.depths, scale=args.scale, width=args.width, batch=args.batch, seed=args.seed
     )
+    if args.plot:
+        flow_cmds.save_lesson_plot(cfg, args.plot)
+    if args.per_layer:
+        print(flow_cmds.render_per_layer(cfg, args.format, args.ratio), end="")
+        return 0
     print(render_depth(cfg, args.format, args.ratio), end="")
     return 0
 

@@ -1,0 +1,219 @@
+"""``resgrad flow`` and ``resgrad sweep``: the gradient-flow lab on the command line.
+
+Also the pieces ``resgrad depth --per-layer`` and ``resgrad depth --plot`` call
+for the lesson's stack.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import dataclasses
+import io
+import json
+import os
+
+from resgrad import blocks, flow
+from resgrad.cli import _common
+from resgrad.lesson import StackConfig
+from resgrad.plots import plot_format, save_plot
+
+FORMATS = ("table", "json", "csv")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    d = flow.FlowConfig()
+    variants = flow.all_variants()
+    p = sub.add_parser(
+        "flow",
+        help="per-layer gradient and activation norms through a deep stack of any residual scheme",
+        description="Build a stack of DEPTH blocks of each residual scheme at initialization, "
+        "run the loss backward, and report, layer by layer, the norm of the gradient reaching "
+        "each block's input (the residual stream), the stream's norm on the forward pass and "
+        "the gradient norm of each block's parameters; mean, std, min and max over SEEDS "
+        f"seeds. Variants: {', '.join(variants)} (the last two are the lesson's tanh stack).",
+    )
+    p.add_argument(
+        "--variant",
+        type=_common.name_list(variants),
+        default=(d.variant,),
+        help=f"comma-separated residual schemes (default: {d.variant})",
+    )
+    _add_sizes(p, d, single=True)
+    p.add_argument(
+        "--seeds",
+        type=_common.positive_int,
+        default=len(d.seeds),
+        help="average over seeds 0..SEEDS-1 (default: 1)",
+    )
+    p.add_argument("--format", choices=FORMATS, default="table", help="output format")
+    p.add_argument(
+        "--plot",
+        metavar="PATH",
+        help="also draw gradient norm against layer index, one line per scheme (.png or .svg)",
+    )
+    p.set_defaults(func=cmd_flow)
+
+    s = sub.add_parser(
+        "sweep",
+        help="gradient flow over a grid of schemes x depths x widths x seeds, in parallel",
+        description="Measure every (variant, depth, width, seed) of the grid; write one row per "
+        "(config, layer) to OUT (.csv or .json, atomically). Runs on local cores with joblib, or "
+        "on a Dask cluster with --backend dask --scheduler ADDRESS; the rows are the same either "
+        "way. While it runs, finished configs are kept in .OUT.partial.json beside OUT, so an "
+        "interrupted sweep run again with the same flags resumes where it stopped.",
+    )
+    s.add_argument(
+        "--variants",
+        type=_common.name_list(variants),
+        default=("pre-ln", "post-ln"),
+        help="comma-separated residual schemes (default: pre-ln,post-ln)",
+    )
+    s.add_argument(
+        "--depths", type=_common.int_list, default=(2, 4, 8, 16), help="default: 2,4,8,16"
+    )
+    s.add_argument("--widths", type=_common.int_list, default=(32,), help="default: 32")
+    s.add_argument(
+        "--seeds", type=_common.positive_int, default=2, help="seeds 0..SEEDS-1 (default: 2)"
+    )
+    _add_sizes(s, d, single=False)
+    s.add_argument("--out", metavar="PATH", required=True, help="result file, .csv or .json")
+    s.add_argument(
+        "--plot",
+        metavar="PATH",
+        help="also draw input-gradient norm against depth per scheme, log-log (.png or .svg)",
+    )
+    s.add_argument(
+        "--jobs",
+        type=_common.positive_int,
+        default=None,
+        help="local worker processes (default: every core)",
+    )
+    s.add_argument("--backend", choices=("loky", "dask"), default="loky", help="default: loky")
+    s.add_argument(
+        "--scheduler", metavar="ADDRESS", help="Dask scheduler address, e.g. tcp://10.0.0.5:8786"
+    )
+    s.add_argument(
+        "--connect-timeout",
+        type=_common.positive_float,
+        default=5.0,
+        help="seconds to wait for the Dask scheduler (default: 5)",
+    )
+    s.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="show a progress bar on stderr (default: when stderr is a terminal)",
+    )
+    s.set_defaults(func=cmd_sweep)
+
+
+def _add_sizes(p: argparse.ArgumentParser, d: flow.FlowConfig, single: bool) -> None:
+    if single:
+        p.add_argument(
+            "--depth", type=_common.positive_int, default=d.depth, help=f"L (default: {d.depth})"
+        )
+        p.add_argument(
+            "--width", type=_common.positive_int, default=d.width, help=f"C (default: {d.width})"
+        )
+    p.add_argument(
+        "--heads", type=_common.positive_int, default=d.heads, help=f"H (default: {d.heads})"
+    )
+    p.add_argument("--seq", type=_common.positive_int, default=d.seq, help=f"T (default: {d.seq})")
+    p.add_argument(
+        "--batch", type=_common.positive_int, default=d.batch, help=f"B (default: {d.batch})"
+    )
+    p.add_argument("--init", choices=blocks.INITS, default=d.init, help=f"default: {d.init}")
+    p.add_argument(
+        "--loss",
+        choices=flow.LOSSES,
+        default=d.loss,
+        help="ones: the lesson's upstream gradient of ones; randn: a fixed Gaussian one; "
+        "lm: a whole GPT's cross-entropy on random tokens (default: lm)",
+    )
+
+
+def cmd_flow(args: argparse.Namespace) -> int:
+    if args.plot:
+        plot_format(args.plot)  # a bad extension fails before any work
+    records = []
+    for v in args.variant:
+        cfg = flow.FlowConfig(
+            variant=v, depth=args.depth, width=args.width, heads=args.heads, seq=args.seq,
+            batch=args.batch, init=args.init, loss=args.loss, seeds=tuple(range(args.seeds)),
+        )  # fmt: skip
+        records += flow.measure(cfg)
+    if args.plot:
+        save_plot(flow.flow_plot_spec(records), args.plot)
+    if args.format == "json":
+        print(flow.records_to_json(records), end="")
+    elif args.format == "csv":
+        print(flow.records_to_csv(records), end="")
+    else:
+        print(flow.format_records(records), end="")
+    return 0
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    # imported here: joblib and tqdm only load for the command that needs them
+    from resgrad.sweep import SweepConfig, run_sweep
+
+    cfg = SweepConfig(
+        variants=args.variants, depths=args.depths, widths=args.widths, seeds=args.seeds,
+        heads=args.heads, seq=args.seq, batch=args.batch, init=args.init, loss=args.loss,
+    )  # fmt: skip
+    res = run_sweep(
+        cfg,
+        args.out,
+        plot=args.plot,
+        jobs=args.jobs,
+        backend=args.backend,
+        scheduler=args.scheduler,
+        connect_timeout=args.connect_timeout,
+        progress=args.progress,
+    )
+    n = res.computed + res.resumed
+    print(
+        f"wrote {len(res.rows)} rows ({n} configs: {res.computed} computed, "
+        f"{res.resumed} resumed) to {args.out}"
+    )
+    if args.plot:
+        print(f"wrote the summary plot to {args.plot}")
+    return 0
+
+
+# -- `resgrad depth --per-layer` and `--plot`: the lesson's stack layer by layer --------
+
+
+def save_lesson_plot(cfg: StackConfig, path: str | os.PathLike) -> None:
+    """Per-layer gradient norm of the lesson's deepest stack, without and with residuals."""
+    plot_format(path)
+    save_plot(flow.lesson_plot_spec(cfg), path)
+
+
+def render_per_layer(cfg: StackConfig, fmt: str = "table", ratio: bool = False) -> str:
+    """The lesson's stack layer by layer (layer 0 = the lesson's number) in one of FORMATS."""
+    rows = flow.lesson_per_layer(cfg)
+    keys = ["depth", "layer", "no_residual", "with_residual"] + (["ratio"] if ratio else [])
+    if fmt == "table":
+        header = f"{'depth N':>8} | {'layer i':>7} | {'no residual':>14} | {'with residual':>14}"
+        header += f" | {'ratio':>14}" if ratio else ""
+        lines = [header, "-" * len(header)]
+        for r in rows:
+            line = (
+                f"{r.depth:>8} | {r.layer:>7} | {r.no_residual:>14.6e} | {r.with_residual:>14.6f}"
+            )
+            line += f" | {r.ratio:>14.6f}" if ratio else ""
+            lines.append(line)
+        return "\n".join(lines) + "\n"
+    dicts = [{k: getattr(r, k) for k in keys} for r in rows]
+    if fmt == "json":
+        cfg_dict = dataclasses.asdict(cfg)
+        cfg_dict["depths"] = list(cfg.depths)
+        return json.dumps({"config": cfg_dict, "rows": dicts}, indent=2) + "\n"
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=keys, lineterminator="\n")
+    w.writeheader()
+    for d in dicts:
+        w.writerow({k: repr(v) if isinstance(v, float) else v for k, v in d.items()})
+    return buf.getvalue()
