@@ -63,6 +63,7 @@ from resgrad.model import GPT, GPTConfig
 
 __all__ = [
     "EPS",
+    "HEADER",
     "RTOL",
     "CheckResult",
     "block_checks",
@@ -93,13 +94,15 @@ class CheckResult:
     passed: bool
 
     def row(self) -> str:
-        """One line: name, mode, max error, counts, PASS or FAIL."""
-        floor = f"{self.n_floor:>3} below floor" if self.n_floor else " " * 15
+        """One line: name, mode, max error, entries checked and below the floor, PASS or FAIL."""
         verdict = "PASS" if self.passed else "FAIL"
         return (
-            f"{self.name:<28} {self.mode:<11} {self.max_error:>9.2e}  "
-            f"{self.n_checked:>5} checked {floor}  {verdict}  {self.worst}"
+            f"{self.name:<30} {self.mode:<11} {self.max_error:>11.2e} {self.n_checked:>7} "
+            f"{self.n_floor:>5}  {verdict:<6} {self.worst}"
         )
+
+
+HEADER = f"{'check':<30} {'mode':<11} {'max rel err':>11} {'checked':>7} {'floor':>5}  result worst"
 
 
 def compare(
