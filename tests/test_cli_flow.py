@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from resgrad.cli import main
+from resgrad.cli import flow_cmds, main
 from resgrad.flow import FlowConfig, lesson_per_layer, measure
 from resgrad.lesson import StackConfig
 from tests.lesson_reference import LESSON_TABLE
@@ -57,6 +57,18 @@ def test_flow_plot_png_and_svg(tmp_path, capsys):
     assert main(["flow", "--variant", "deepnorm", *SIZES, "--plot", str(svg)]) == 0
     assert svg.read_text().lstrip().startswith("<?xml") and "<svg" in svg.read_text()
     assert sorted(os.listdir(tmp_path)) == ["f.png", "f.svg"]
+
+
+def test_flow_plot_quantity(tmp_path, monkeypatch):
+    drawn = []
+    monkeypatch.setattr(flow_cmds, "save_plot", lambda spec, path: drawn.append(spec))
+    assert (
+        main(["flow", *SIZES, "--plot", str(tmp_path / "p.png"), "--plot-quantity", "param_grad"])
+        == 0
+    )
+    cfg = FlowConfig(variant="pre-ln", depth=3, width=16, heads=2, seq=4, batch=2)
+    want = [r.mean for r in measure(cfg) if r.quantity == "param_grad"]
+    assert list(drawn[0].series[0].y) == want and len(want) == 3
 
 
 # -- resgrad sweep ---------------------------------------------------------------------

@@ -34,6 +34,19 @@ def n_rows(cfg):
     return sum(p.depth + 1 for p in cfg.points())
 
 
+def done_keys(side):
+    """The point keys a sidecar holds (its first line is a header)."""
+    with open(side) as f:
+        return [json.loads(line)["key"] for line in f.read().splitlines()[1:]]
+
+
+def write_sidecar(out, done):
+    with open(sidecar_path(out), "w") as f:
+        f.write('{"resgrad_sweep_partial": 1}\n')
+        for key, rows in done.items():
+            f.write(json.dumps({"key": key, "rows": rows}) + "\n")
+
+
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
     """The grid run once in this process: the rows every backend must reproduce."""
@@ -91,8 +104,8 @@ def test_interrupted_sweep_resumes_and_skips_the_configs_done(tmp_path, monkeypa
         run_sweep(GRID, out, jobs=1, progress=False)
     assert not out.exists()  # no result until the grid is done
     side = sidecar_path(out)
-    assert os.path.basename(side) == ".s.csv.partial.json"
-    assert sorted(json.loads(open(side).read())["done"]) == sorted(calls)
+    assert os.path.basename(side) == ".s.csv.partial.jsonl"
+    assert sorted(done_keys(side)) == sorted(calls)
 
     done_before, calls[:] = list(calls), []
     monkeypatch.setattr(
@@ -112,17 +125,44 @@ def test_a_sidecar_of_other_settings_is_not_taken_for_this_sweep(tmp_path):
     other = SweepConfig(variants=("lesson-plain",), depths=(2,), widths=(8,), seeds=1, batch=3)
     key = point_key(small.points()[0])
     fake = [{**r, "stream_grad": -1.0} for r in run_point(small.points()[0])]
-    with open(sidecar_path(out), "w") as f:
-        json.dump({"version": 1, "done": {key: fake}}, f)
+    write_sidecar(out, {key: fake})
     res = run_sweep(other, out, jobs=1, progress=False)
     assert res.resumed == 0 and all(r["stream_grad"] > 0 for r in res.rows)
+    # while the same settings do take it (which is how the fake rows show up here)
+    write_sidecar(out, {key: fake})
+    res = run_sweep(small, out, jobs=1, progress=False)
+    assert res.resumed == 1 and res.computed == 0
+    assert [r["stream_grad"] for r in res.rows] == [-1.0] * 3
+
+
+def test_a_line_torn_by_a_crash_is_dropped_and_its_point_recomputed(tmp_path, reference):
+    out = tmp_path / "s.json"
+    points = GRID.points()
+    first, second = points[0], points[1]
+    write_sidecar(out, {point_key(first): run_point(first)})
+    torn = json.dumps({"key": point_key(second), "rows": run_point(second)})[:-40]
+    with open(sidecar_path(out), "a") as f:
+        f.write(torn)  # no newline: the process died mid-write
+    res = run_sweep(GRID, out, jobs=1, progress=False)
+    assert res.resumed == 1 and res.computed == 23
+    assert res.rows == reference
+
+
+def test_a_damaged_sidecar_is_a_clear_error(tmp_path):
+    out = tmp_path / "s.csv"
+    write_sidecar(out, {})
+    with open(sidecar_path(out), "a") as f:
+        f.write("garbage\n{}\n")
+    with pytest.raises(ValueError, match="unreadable at line 2.*delete it to start afresh"):
+        run_sweep(GRID, out, jobs=1, progress=False)
+    assert not out.exists()
 
 
 def test_an_unreadable_sidecar_is_a_clear_error(tmp_path):
     out = tmp_path / "s.csv"
     with open(sidecar_path(out), "w") as f:
         f.write("{not json")
-    with pytest.raises(ValueError, match="partial-results file .* is unreadable.*delete it"):
+    with pytest.raises(ValueError, match="partial-results file .* is not a resgrad sweep's"):
         run_sweep(GRID, out, jobs=1, progress=False)
     assert not out.exists()
 

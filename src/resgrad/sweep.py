@@ -13,11 +13,15 @@ backend, the number of workers or the order the points finish in.
 
 Files. The result (``.csv`` or ``.json`` by extension) is written atomically
 once the whole grid is done. While the grid runs, a sidecar file
-``.<name>.partial.json`` beside the result (same directory) holds every point
-finished so far; it is rewritten atomically after each point, so a sweep that is
-interrupted (Ctrl-C, a killed job) and run again with the same output path skips
-the points already done and computes only the rest. The sidecar is removed when
-the result is written. Points are matched by all their settings and seed, so a
+``.<name>.partial.jsonl`` beside the result (same directory) holds every point
+finished so far, one JSON line per point, appended, flushed and fsynced as the
+point finishes (so the cost stays linear in the grid, not quadratic as rewriting
+the whole file would be). A sweep that is interrupted (Ctrl-C, a killed job, a
+lost cluster) and run again with the same output path skips the points already
+done and computes only the rest. A line cut short by a crash mid-write is
+recognised (it does not end in a newline, or does not parse) and dropped; the
+sidecar is then rewritten atomically without it. The sidecar is removed when the
+result is written. Points are matched by all their settings and seed, so a
 sidecar from a different sweep is never mistaken for this one's.
 
 Errors are raised before anything is written: a bad grid, an output path whose
@@ -28,6 +32,7 @@ cannot be reached within ``connect_timeout`` seconds.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
@@ -192,9 +197,9 @@ def rows_to_json(rows: Sequence[dict]) -> str:
 
 
 def sidecar_path(out: str | os.PathLike) -> str:
-    """The partial-results file of a sweep writing ``out``: ``.<name>.partial.json`` beside it."""
+    """The partial-results file of a sweep writing ``out``: ``.<name>.partial.jsonl`` beside it."""
     out = os.fspath(out)
-    return os.path.join(os.path.dirname(out), f".{os.path.basename(out)}.partial.json")
+    return os.path.join(os.path.dirname(out), f".{os.path.basename(out)}.partial.jsonl")
 
 
 def _check_writable(path: str, what: str) -> None:
@@ -211,24 +216,50 @@ def _check_writable(path: str, what: str) -> None:
         raise IsADirectoryError(f"cannot write {what} {path!r}: it is a directory")
 
 
+_SIDECAR_HEADER = '{"resgrad_sweep_partial": 1}\n'  # first line of every sidecar
+
+
 def _load_sidecar(path: str) -> dict[str, list[dict]]:
+    """Point key -> rows of every point a previous run finished (see the module docstring)."""
     if not os.path.exists(path):
         return {}
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-        done = data["done"]
-        if data.get("version") != 1 or not isinstance(done, dict):
-            raise ValueError("unexpected layout")
-    except (ValueError, KeyError, TypeError) as e:
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    lines = text.split("\n")  # a complete file ends in "\n", so the last piece is ""
+    if not text.startswith(_SIDECAR_HEADER):
         raise ValueError(
-            f"the partial-results file {path!r} is unreadable ({e}); delete it to start afresh"
-        ) from None
+            f"the partial-results file {path!r} is not a resgrad sweep's; delete it to start afresh"
+        )
+    done: dict[str, list[dict]] = {}
+    body = lines[1:]
+    for n, line in enumerate(body):
+        last = n == len(body) - 1
+        if last and line == "":
+            break
+        try:
+            entry = json.loads(line)
+            done[entry["key"]] = entry["rows"]
+        except (ValueError, KeyError, TypeError) as e:
+            if not last:  # only the tail can be torn by a crash; anything else is damage
+                raise ValueError(
+                    f"the partial-results file {path!r} is unreadable at line {n + 2} ({e}); "
+                    "delete it to start afresh"
+                ) from None
+        if last:  # no newline after it: a write cut short; keep what parsed, drop the rest
+            kept = [_SIDECAR_HEADER] + [_sidecar_line(k, r) for k, r in done.items()]
+            atomic_write_text(path, "".join(kept))
     return done
 
 
-def _save_sidecar(path: str, done: dict[str, list[dict]]) -> None:
-    atomic_write_text(path, json.dumps({"version": 1, "done": done}))
+def _sidecar_line(key: str, rows: list[dict]) -> str:
+    return json.dumps({"key": key, "rows": rows}) + "\n"
+
+
+def _append_sidecar(f, key: str, rows: list[dict]) -> None:
+    """Append one finished point and make it durable before going on."""
+    f.write(_sidecar_line(key, rows))
+    f.flush()
+    os.fsync(f.fileno())
 
 
 @dataclass(frozen=True)
@@ -330,9 +361,14 @@ def run_sweep(
         todo = [p for p, k in zip(points, keys) if k not in done]
         resumed = len(points) - len(todo)
         disable = None if progress is None else not progress  # None: only on a terminal
-        with tqdm(
-            total=len(points), initial=resumed, desc="sweep", unit="config", disable=disable
-        ) as bar:
+        if todo and not os.path.exists(side):
+            atomic_write_text(side, _SIDECAR_HEADER)
+        with (
+            tqdm(
+                total=len(points), initial=resumed, desc="sweep", unit="config", disable=disable
+            ) as bar,
+            open(side, "a", encoding="utf-8") if todo else contextlib.nullcontext() as partial,
+        ):
             if todo:
                 if client is not None:
                     # the client is handed to joblib's dask backend, not made the global default
@@ -347,7 +383,7 @@ def run_sweep(
                     )
                     for key, rows in results:
                         done[key] = rows
-                        _save_sidecar(side, done)  # a crash from here on loses nothing
+                        _append_sidecar(partial, key, rows)  # a crash from here loses nothing
                         bar.update(1)
     finally:
         if client is not None:

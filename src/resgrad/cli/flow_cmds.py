@@ -52,6 +52,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="PATH",
         help="also draw gradient norm against layer index, one line per scheme (.png or .svg)",
     )
+    p.add_argument(
+        "--plot-quantity",
+        choices=flow.QUANTITIES,
+        default="stream_grad",
+        help="what --plot draws per layer: stream_grad (the gradient reaching the layer's "
+        "input, the default), stream_act (the stream's norm) or param_grad (the gradient of "
+        "the layer's parameters)",
+    )
     p.set_defaults(func=cmd_flow)
 
     s = sub.add_parser(
@@ -60,7 +68,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Measure every (variant, depth, width, seed) of the grid; write one row per "
         "(config, layer) to OUT (.csv or .json, atomically). Runs on local cores with joblib, or "
         "on a Dask cluster with --backend dask --scheduler ADDRESS; the rows are the same either "
-        "way. While it runs, finished configs are kept in .OUT.partial.json beside OUT, so an "
+        "way. While it runs, finished configs are kept in .OUT.partial.jsonl beside OUT, so an "
         "interrupted sweep run again with the same flags resumes where it stopped.",
     )
     s.add_argument(
@@ -144,7 +152,7 @@ def cmd_flow(args: argparse.Namespace) -> int:
         )  # fmt: skip
         records += flow.measure(cfg)
     if args.plot:
-        save_plot(flow.flow_plot_spec(records), args.plot)
+        save_plot(flow.flow_plot_spec(records, args.plot_quantity), args.plot)
     if args.format == "json":
         print(flow.records_to_json(records), end="")
     elif args.format == "csv":
