@@ -235,21 +235,20 @@ class Profile:
         return out
 
 
-def _norms_by_layer(grads: Mapping[str, np.ndarray], L: int) -> dict[str, np.ndarray]:
-    """Per-layer gradient norms of the ``blocks.{i}.*`` entries of ``grads``.
+def _norms_by_layer(norms: Mapping[str, float], L: int) -> dict[str, np.ndarray]:
+    """Per-layer arrays from the norms of named gradients (keys as in ``GPT.params``).
 
-    Returns name -> (L,) norms, plus ``""`` -> (L,) the norm of each block's
-    parameters together, sqrt of the sum of their squared norms.
+    Returns name -> (L,) for every ``blocks.{i}.<name>`` key, plus ``""`` -> (L,) the
+    norm of each block's parameters together: sqrt of the sum of their squares.
+    Other keys (embeddings, ln_f) are not per layer and are left out.
     """
-    norms: dict[str, np.ndarray] = {}
-    for key, g in grads.items():
+    out: dict[str, np.ndarray] = {}
+    for key, n in norms.items():
         parts = key.split(".", 2)
-        if len(parts) < 3 or parts[0] != "blocks":
-            continue  # embeddings, ln_f: not per layer
-        i, name = int(parts[1]), parts[2]
-        norms.setdefault(name, np.zeros(L))[i] = _norm(g)  # (L,)
-    total = np.sqrt(sum(np.square(v) for v in norms.values()))  # (L,)
-    return {"": total, **norms}
+        if len(parts) == 3 and parts[0] == "blocks":
+            out.setdefault(parts[2], np.zeros(L))[int(parts[1])] = n  # (L,)
+    total = np.sqrt(sum(np.square(v) for v in out.values()))  # (L,)
+    return {"": total, **out}
 
 
 def _norm(a: np.ndarray) -> float:
@@ -288,7 +287,7 @@ def _stack_profile(cfg: FlowConfig, seed: int, params, data_rng) -> Profile:
         dx, grads = blocks.block_backward(dx, caches[i])  # (B, T, C)
         caches[i] = None  # free the cache as soon as it is used
         grads_norm.append(_norm(dx))
-        block_grads.update({k: np.array(_norm(g)) for k, g in grads.items()})  # norms only
+        block_grads.update({k: _norm(g) for k, g in grads.items()})  # keep norms, not arrays
     return Profile(
         seed=seed,
         stream_grad=np.array(grads_norm[::-1]),  # (L+1,)
@@ -317,7 +316,7 @@ def _lm_profile(cfg: FlowConfig, seed: int, model_obj, tokens, data_rng) -> Prof
         seed=seed,
         stream_grad=np.array([_norm(d) for d in dxs]),  # (L+1,)
         stream_act=np.array([_norm(x) for x in cache.xs]),  # (L+1,)
-        param_grad=_norms_by_layer(grads, cfg.depth),
+        param_grad=_norms_by_layer({k: _norm(g) for k, g in grads.items()}, cfg.depth),
     )
 
 
