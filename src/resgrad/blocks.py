@@ -173,9 +173,7 @@ def init_block_params(
 class StepCache(NamedTuple):
     """One sublayer inside its residual scheme."""
 
-    ln: (
-        LayerNormCache | None
-    )  # the norm before f (pre-ln, none) or after the sum (post-ln, deepnorm)
+    ln: LayerNormCache | None  # before f (pre-ln, none), after the sum (post-ln, deepnorm)
     sub: AttentionCache | MlpCache  # the sublayer f itself
     f: np.ndarray | None  # (B, T, C) f's output, kept by rezero for dalpha
 

@@ -13,7 +13,8 @@ Each pair reads like the lesson's ``sublayer_forward`` / ``sublayer_backward``:
 - every function returns fresh arrays (preallocated ``out=`` buffers can come
   later without changing a signature); the model owns any accumulation.
 
-Linear weights are (C_in, C_out): ``out = x @ w + b``. Everything keeps the
+Linear weights are (C_in, C_out): ``out = x @ w + b``, computed as one 2-D matmul
+over all N = B*T rows (one BLAS call rather than B). Everything keeps the
 dtype of its inputs: float32 trains, float64 checks. Python-float constants
 are cast with ``x.dtype.type`` so that nothing is silently upcast to float64.
 
@@ -102,10 +103,10 @@ def linear_forward(
     _require_last_dim("x", x, w.shape[0], "C_in, the rows of w")
     if b is not None:
         _require_shape("b", b, (w.shape[1],))
-    out = x @ w  # 1) (..., C_in) @ (C_in, C_out) -> (..., C_out)
+    out = x.reshape(-1, w.shape[0]) @ w  # 1) (N, C_in) @ (C_in, C_out) -> (N, C_out), one GEMM
     if b is not None:
-        out += b  # 2) (..., C_out) + (C_out,)
-    return out, LinearCache(x, w, b is not None)
+        out += b  # 2) (N, C_out) + (C_out,)
+    return out.reshape(*x.shape[:-1], w.shape[1]), LinearCache(x, w, b is not None)
 
 
 def linear_backward(
@@ -118,7 +119,7 @@ def linear_backward(
     # 2) out += b  ->  db = sum of dout over every leading row
     db = dout2.sum(axis=0) if has_bias else None  # (C_out,)
     # 1) out = x @ w  ->  dx = dout @ w.T, dw = x.T @ dout
-    dx = dout @ w.T  # (..., C_out) @ (C_out, C_in) -> (..., C_in)
+    dx = (dout2 @ w.T).reshape(x.shape)  # (N, C_out) @ (C_out, C_in) -> (N, C_in) -> (..., C_in)
     dw = x.reshape(-1, C_in).T @ dout2  # (C_in, N) @ (N, C_out) -> (C_in, C_out)
     return dx, dw, db
 

@@ -268,7 +268,9 @@ class GPT:
         c_ln = None
         if cfg.final_ln:
             x, c_ln = layernorm_forward(x, P["ln_f.g"], P.get("ln_f.b"), cfg.ln_eps)  # 4) (B,T,C)
-        logits = x @ P["wte"].T  # 5) (B,T,C) @ (C,V) -> (B,T,V), the head tied to wte
+        B, T, C = x.shape
+        # 5) the LM head, tied to wte: (B*T,C) @ (C,V) -> (B,T,V)
+        logits = (x.reshape(-1, C) @ P["wte"].T).reshape(B, T, -1)  # (B,T,V)
         loss, c_ce = None, None
         if targets is not None:
             loss, c_ce = cross_entropy_forward(logits, targets, ignore_index)  # 6) float
@@ -316,7 +318,7 @@ class GPT:
         C = cfg.n_embd
         grads: dict[str, np.ndarray] = {}
         # 5) logits = x @ wte.T  ->  dx = dlogits @ wte, dwte_head = dlogits^T @ x
-        dx = dlogits @ cache.wte  # (B,T,V) @ (V,C) -> (B,T,C)
+        dx = (dlogits.reshape(-1, V) @ cache.wte).reshape(B, T, C)  # (B*T,V) @ (V,C) -> (B,T,C)
         dwte_head = dlogits.reshape(-1, V).T @ cache.xf.reshape(-1, C)  # (V,N) @ (N,C) -> (V,C)
         # 4) x = ln_f(x)
         if cache.ln_f is not None:
