@@ -77,7 +77,8 @@ def test_residual_wrapper_backward_matches_finite_differences(lead, C, seed):
         return block.forward(x)[0]  # reads w from block.params, perturbed in place
 
     report = check_gradients(f, args, {"x": dx, "w": grads["w"]}, dout=dout)
-    assert report.max_error < 1e-7, report.summary()
+    # 1e-6: entries with gradients near 1e-4 carry ~1e-7 of finite-difference rounding
+    assert report.max_error < 1e-6, report.summary()
 
 
 def test_a_residual_that_forgets_the_identity_path_fails_the_check():

@@ -14,10 +14,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from resgrad.cli import _common, check_cmds, flow_cmds, lesson_cmds, train_cmds
+from resgrad.cli import _common, bench_cmds, check_cmds, flow_cmds, lesson_cmds, train_cmds
 
 # one module per group of subcommands, in the order `resgrad --help` lists them
-COMMAND_MODULES = [lesson_cmds, check_cmds, train_cmds, flow_cmds]
+COMMAND_MODULES = [lesson_cmds, check_cmds, flow_cmds, train_cmds, bench_cmds]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,195 @@
+"""resgrad vs PyTorch eager: one float32 training step, side by side, in one run.
+
+    python benchmarks/bench_train_step.py                  # all three configs
+    python benchmarks/bench_train_step.py --config medium --steps 20
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/bench_train_step.py
+    python benchmarks/bench_train_step.py --both-env       # runs itself both ways
+
+A step is forward + backward + AdamW. Both models have the same config, the
+same parameter count (checked) and the same thread count; the steps alternate
+between the two frameworks, and each figure is the median of ``--steps`` steps
+after warm-up. GFLOP/s come from resgrad's counted matmul FLOPs (attention
+included), the same count for both, as a fraction of the float32 matmul peak
+measured in this run. Peak memory is measured in a fresh child process per
+framework. PyTorch is optional: without it resgrad's figures print alone.
+
+The PyTorch model is what a PyTorch user writes (nanoGPT's model): nn.Linear,
+nn.LayerNorm, F.scaled_dot_product_attention(is_causal=True), GELU (tanh), the
+LM head tied to the token embedding, and torch.optim.AdamW.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+from resgrad.bench import (
+    BENCH_CONFIGS,
+    BenchConfig,
+    blas_info,
+    figures,
+    format_row,
+    machine_header,
+    make_batch,
+    matmul_peak_gflops,
+    peak_memory_mib,
+    resgrad_figures,
+    resgrad_probe_argv,
+    resgrad_step_fn,
+    time_steps,
+)
+
+torch = F = nn = None  # imported by _import_torch(): the resgrad memory probe must not pay for it
+
+
+def _import_torch() -> bool:
+    """Import PyTorch if it is installed (it is optional here)."""
+    global torch, F, nn
+    try:
+        import torch
+        import torch.nn.functional as F
+        from torch import nn
+    except ImportError:
+        return False
+    return True
+
+
+def torch_model(cfg: BenchConfig):
+    """nanoGPT's GPT (pre-LN, tied head) in PyTorch eager, float32."""
+
+    class Block(nn.Module):
+        def __init__(self, C, H):
+            super().__init__()
+            self.H = H
+            self.ln1, self.ln2 = nn.LayerNorm(C), nn.LayerNorm(C)
+            self.qkv, self.proj = nn.Linear(C, 3 * C), nn.Linear(C, C)
+            self.fc, self.fc_proj = nn.Linear(C, 4 * C), nn.Linear(4 * C, C)
+
+        def forward(self, x):
+            B, T, C = x.shape
+            q, k, v = self.qkv(self.ln1(x)).split(C, dim=2)
+            q, k, v = (t.view(B, T, self.H, C // self.H).transpose(1, 2) for t in (q, k, v))
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            x = x + self.proj(y.transpose(1, 2).reshape(B, T, C))
+            return x + self.fc_proj(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
+
+    class GPT(nn.Module):
+        def __init__(self):
+            super().__init__()
+            C = cfg.n_embd
+            self.wte = nn.Embedding(cfg.vocab_size, C)
+            self.wpe = nn.Embedding(cfg.block_size, C)
+            self.blocks = nn.ModuleList(Block(C, cfg.n_head) for _ in range(cfg.n_layer))
+            self.ln_f = nn.LayerNorm(C)
+
+        def forward(self, idx, targets):
+            T = idx.shape[1]
+            x = self.wte(idx) + self.wpe(torch.arange(T))
+            for b in self.blocks:
+                x = b(x)
+            logits = self.ln_f(x) @ self.wte.weight.T  # tied head
+            return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+    return GPT()
+
+
+def torch_step_fn(cfg: BenchConfig, seed: int = 0):
+    torch.manual_seed(seed)
+    model = torch_model(cfg)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.99), weight_decay=0.1)
+    idx, targets = (torch.from_numpy(a) for a in make_batch(cfg, seed))
+
+    def step() -> float:
+        loss = model(idx, targets)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        return loss.item()
+
+    return model, step
+
+
+def torch_child(name: str, steps: int = 3) -> None:
+    """PyTorch's memory probe: build the model and train a few steps."""
+    _import_torch()
+    _, step = torch_step_fn(BENCH_CONFIGS[name])
+    for _ in range(steps):
+        step()
+
+
+def bench_config(cfg: BenchConfig, steps: int, peak: float) -> dict:
+    if torch is None:
+        return resgrad_figures(cfg, steps, peak)
+    model, r_step = resgrad_step_fn(cfg)
+    flops = model.flops_per_step(cfg.batch_size, cfg.block_size)
+    row = {"config": cfg.name, "params": model.num_params(), "flops_per_step": flops}
+    t_model, t_step = torch_step_fn(cfg)
+    t_params = sum(p.numel() for p in t_model.parameters())
+    if t_params != model.num_params():
+        raise SystemExit(f"{cfg.name}: resgrad has {model.num_params()} params, torch {t_params}")
+    for _ in range(2):  # warm-up both
+        r_step()
+        t_step()
+    r_times, t_times = [], []
+    for _ in range(steps):  # alternate, so both see the same machine
+        r_times += time_steps(r_step, 1, warmup=0)
+        t_times += time_steps(t_step, 1, warmup=0)
+    row["resgrad"] = figures(r_times, cfg, flops, peak).as_dict()
+    row["torch"] = figures(t_times, cfg, flops, peak).as_dict()
+    row["resgrad"]["peak_mib"] = peak_memory_mib(resgrad_probe_argv(cfg.name))
+    torch_probe = [sys.executable, os.path.abspath(__file__), "--torch-child", cfg.name]
+    row["torch"]["peak_mib"] = peak_memory_mib(torch_probe)
+    row["speedup"] = row["torch"]["ms_per_step"] / row["resgrad"]["ms_per_step"]
+    return row
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--config", choices=[*BENCH_CONFIGS, "all"], default="all")
+    p.add_argument("--steps", type=int, default=10, help="timed steps per framework (>= 10)")
+    p.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
+    p.add_argument(
+        "--both-env",
+        action="store_true",
+        help="run once as set and once with OPENBLAS_CORETYPE/L2_SIZE unset",
+    )
+    p.add_argument("--torch-child", metavar="CONFIG", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.torch_child:
+        return torch_child(args.torch_child)
+    _import_torch()
+    if args.steps < 10:
+        p.error(f"--steps must be at least 10, got {args.steps}")
+    if args.both_env:
+        argv = [a for a in sys.argv[1:] if a != "--both-env"]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("OPENBLAS_")}
+        for label, e in (("as set", os.environ), ("OPENBLAS_* unset", env)):
+            print(f"==== environment: {label}", flush=True)
+            subprocess.run([sys.executable, os.path.abspath(__file__), *argv], env=e, check=True)
+        return None
+    threads = [i.get("num_threads") for i in blas_info()]
+    n_threads = threads[0] if threads and threads[0] else os.cpu_count()
+    if torch is not None:
+        torch.set_num_threads(n_threads)
+    env = {k: os.environ.get(k, "(unset)") for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
+    peak = matmul_peak_gflops()
+    print(machine_header(peak))
+    print(f"PyTorch: {torch.__version__ if torch else 'not installed, resgrad alone'}")
+    names = list(BENCH_CONFIGS) if args.config == "all" else [args.config]
+    rows = []
+    for name in names:
+        rows.append(bench_config(BENCH_CONFIGS[name], args.steps, peak))
+        print(format_row(rows[-1]))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(
+                {"blas": blas_info(), "env": env, "peak_gflops": peak, "rows": rows}, f, indent=2
+            )
+    return None
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,47 @@
+"""``resgrad bench``: time resgrad's float32 training step on the benchmark configs."""
+
+from __future__ import annotations
+
+import argparse
+
+from resgrad.bench import (
+    BENCH_CONFIGS,
+    format_row,
+    machine_header,
+    matmul_peak_gflops,
+    resgrad_figures,
+)
+from resgrad.cli import _common
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "bench",
+        help="time resgrad's training step (forward + backward + AdamW) per config",
+        description="Times resgrad's float32 training step on nanoGPT-sized configs: ms per "
+        "step, tokens per second, GFLOP/s as a fraction of the matmul peak measured in the "
+        "same run, and peak memory. The side-by-side comparison with PyTorch eager is "
+        "`python benchmarks/bench_train_step.py` (the library itself never imports PyTorch).",
+    )
+    p.add_argument(
+        "--config",
+        choices=[*BENCH_CONFIGS, "all"],
+        default="cpu-recipe",
+        help="config to time (default: cpu-recipe)",
+    )
+    p.add_argument(
+        "--steps",
+        type=_common.positive_int,
+        default=10,
+        help="timed steps, after 2 warm-up steps (default: 10)",
+    )
+    p.set_defaults(func=cmd_bench)
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    peak = matmul_peak_gflops()
+    print(machine_header(peak))
+    names = list(BENCH_CONFIGS) if args.config == "all" else [args.config]
+    for name in names:
+        print(format_row(resgrad_figures(BENCH_CONFIGS[name], args.steps, peak)), flush=True)
+    return 0
