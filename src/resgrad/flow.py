@@ -45,10 +45,7 @@ one backward pass; only norms are kept from the backward.
 
 from __future__ import annotations
 
-import csv
 import dataclasses
-import io
-import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -59,6 +56,7 @@ from resgrad import blocks
 from resgrad.lesson import StackConfig, make_bank, run_stack
 from resgrad.model import GPT, GPTConfig
 from resgrad.plots import PlotSpec, Series
+from resgrad.records import to_csv, to_json
 
 __all__ = [
     "LESSON_VARIANTS",
@@ -438,18 +436,12 @@ def measure(
 
 def records_to_json(records: Sequence[FlowRecord]) -> str:
     """The records as a JSON list of objects (full float precision)."""
-    return json.dumps([r.as_dict() for r in records], indent=1) + "\n"
+    return to_json([r.as_dict() for r in records], RECORD_FIELDS)
 
 
 def records_to_csv(records: Sequence[FlowRecord]) -> str:
     """The records as CSV with a header row; floats by ``repr`` (full precision)."""
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(RECORD_FIELDS)
-    for r in records:
-        d = r.as_dict()
-        w.writerow([repr(d[k]) if isinstance(d[k], float) else d[k] for k in RECORD_FIELDS])
-    return buf.getvalue()
+    return to_csv([r.as_dict() for r in records], RECORD_FIELDS)
 
 
 def format_records(records: Sequence[FlowRecord]) -> str:

@@ -16,6 +16,7 @@ that the default run prints the lesson's table byte for byte:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -80,6 +81,10 @@ class StackConfig:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 0 <= v < 2**32:
                 raise ValueError(f"{name} must be an integer in [0, 2**32), got {v!r}")
+
+    def as_dict(self) -> dict:
+        """The config as JSON-ready data (depths as a list)."""
+        return {**dataclasses.asdict(self), "depths": list(self.depths)}
 
     @property
     def upstream_norm(self) -> float:

@@ -33,8 +33,6 @@ cannot be reached within ``connect_timeout`` seconds.
 from __future__ import annotations
 
 import contextlib
-import csv
-import io
 import json
 import os
 from collections.abc import Sequence
@@ -47,6 +45,7 @@ from tqdm.auto import tqdm
 from resgrad.flow import LOSSES, FlowConfig, profile
 from resgrad.io import atomic_write_text
 from resgrad.plots import PlotSpec, Series, plot_format, save_plot
+from resgrad.records import to_csv, to_json
 
 __all__ = [
     "BACKENDS",
@@ -178,22 +177,12 @@ def _job(cfg: FlowConfig) -> tuple[str, list[dict]]:
 
 def rows_to_csv(rows: Sequence[dict]) -> str:
     """Rows as CSV with a header; floats by ``repr`` (full precision), None as empty."""
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(ROW_FIELDS)
-    for r in rows:
-        w.writerow(
-            [
-                "" if r[k] is None else repr(r[k]) if isinstance(r[k], float) else r[k]
-                for k in ROW_FIELDS
-            ]
-        )
-    return buf.getvalue()
+    return to_csv(rows, ROW_FIELDS)
 
 
 def rows_to_json(rows: Sequence[dict]) -> str:
     """Rows as a JSON list of objects (full float precision, None as null)."""
-    return json.dumps([{k: r[k] for k in ROW_FIELDS} for r in rows], indent=1) + "\n"
+    return to_json(rows, ROW_FIELDS)
 
 
 def sidecar_path(out: str | os.PathLike) -> str:

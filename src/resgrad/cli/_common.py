@@ -5,7 +5,10 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from collections.abc import Sequence
 from typing import NoReturn
+
+from resgrad.records import to_csv, to_json
 
 
 class Parser(argparse.ArgumentParser):
@@ -93,3 +96,11 @@ def name_list(choices: tuple[str, ...]):
         return tuple(parts)
 
     return parse
+
+
+def render_rows(rows: Sequence, keys: Sequence[str], fmt: str, meta: dict | None = None) -> str:
+    """Result rows (objects with attributes ``keys``) as JSON (with ``meta``) or CSV."""
+    dicts = [{k: getattr(r, k) for k in keys} for r in rows]
+    if fmt == "json":
+        return to_json(dicts, keys, meta=meta, indent=2)
+    return to_csv(dicts, keys)

@@ -7,10 +7,6 @@ for the lesson's stack.
 from __future__ import annotations
 
 import argparse
-import csv
-import dataclasses
-import io
-import json
 import os
 
 from resgrad import blocks, flow
@@ -214,14 +210,4 @@ def render_per_layer(cfg: StackConfig, fmt: str = "table", ratio: bool = False) 
             line += f" | {r.ratio:>14.6f}" if ratio else ""
             lines.append(line)
         return "\n".join(lines) + "\n"
-    dicts = [{k: getattr(r, k) for k in keys} for r in rows]
-    if fmt == "json":
-        cfg_dict = dataclasses.asdict(cfg)
-        cfg_dict["depths"] = list(cfg.depths)
-        return json.dumps({"config": cfg_dict, "rows": dicts}, indent=2) + "\n"
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=keys, lineterminator="\n")
-    w.writeheader()
-    for d in dicts:
-        w.writerow({k: repr(v) if isinstance(v, float) else v for k, v in d.items()})
-    return buf.getvalue()
+    return _common.render_rows(rows, keys, fmt, meta={"config": cfg.as_dict()})

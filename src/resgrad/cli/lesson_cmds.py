@@ -3,10 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import csv
-import dataclasses
-import io
-import json
 
 from resgrad.cli import _common, flow_cmds
 from resgrad.lesson import (
@@ -112,27 +108,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_gradcheck)
 
 
-def _rows_as_dicts(rows, with_ratio):
-    keys = ["depth", "no_residual", "with_residual"] + (["ratio"] if with_ratio else [])
-    return [{k: getattr(r, k) for k in keys} for r in rows], keys
-
-
 def render_depth(cfg: StackConfig, fmt: str = "table", ratio: bool = False) -> str:
     """The depth experiment as text in one of FORMATS."""
     rows = depth_table(cfg)
     if fmt == "table":
         return format_table(rows, ratio=ratio)
-    dicts, keys = _rows_as_dicts(rows, ratio)
-    if fmt == "json":
-        cfg_dict = dataclasses.asdict(cfg)
-        cfg_dict["depths"] = list(cfg.depths)
-        return json.dumps({"config": cfg_dict, "rows": dicts}, indent=2) + "\n"
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=keys, lineterminator="\n")
-    w.writeheader()
-    for d in dicts:
-        w.writerow({k: repr(v) if isinstance(v, float) else v for k, v in d.items()})
-    return buf.getvalue()
+    keys = ["depth", "no_residual", "with_residual"] + (["ratio"] if ratio else [])
+    return _common.render_rows(rows, keys, fmt, meta={"config": cfg.as_dict()})
 
 
 def cmd_depth(args: argparse.Namespace) -> int:
