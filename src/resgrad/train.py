@@ -478,7 +478,8 @@ def train(
     entropy = unigram_entropy(corpus.text)
     title = (
         f"{cfg.variant}, L={L} H={cfg.n_head} C={cfg.n_embd} T={cfg.block_size} "
-        f"B={cfg.batch_size}, lr {cfg.lr:g}; {os.path.basename(corpus.source) or corpus.source}"
+        f"B={cfg.batch_size}, lr {cfg.lr:g}; "
+        + ("pydoc_data.topics" if cfg.data is None else os.path.basename(cfg.data))
     )
     config_record = {
         "train": dataclasses.asdict(cfg),
@@ -489,7 +490,7 @@ def train(
         unit="it", dynamic_ncols=True, desc=f"train {cfg.variant}",
     )  # fmt: skip
     say = log if log is not None else (lambda s: bar.write(s))
-    metrics = open(metrics_path, "a", encoding="utf-8")  # noqa: SIM115 closed in finally
+    metrics = open(metrics_path, "a", encoding="utf-8")  # closed in the finally below
     last_eval: dict | None = None
     last_norm: float | None = None
     step_seconds, n_steps = 0.0, 0
@@ -600,10 +601,10 @@ class DepthTrainConfig:
 
     n_layer: int = 12  # L: deep enough that the missing + x path shows
     n_head: int = 4  # H
-    n_embd: int = 64  # C
+    n_embd: int = 128  # C, as the CPU recipe
     block_size: int = 64  # T
     batch_size: int = 12  # B
-    max_iters: int = 400  # steps per variant
+    max_iters: int = 600  # steps per variant
     lr: float = 1e-3  # peak learning rate; warmup max_iters // 10, cosine to lr / 10
     eval_interval: int = 100  # steps between evaluations
     eval_iters: int = 10  # batches per split per evaluation
@@ -630,13 +631,17 @@ class DepthTrainConfig:
         )  # fmt: skip
 
 
-def render_depth_plot(runs: dict[str, list[dict]], title: str) -> bytes:
+def render_depth_plot(
+    runs: dict[str, list[dict]], title: str, entropy: float | None = None
+) -> bytes:
     """Left: every variant's losses. Right: per-layer gradient norms at the first and last step."""
     fig, (ax1, ax2) = _figure(ncols=2, width=12.0)
     colors = {}
     for v, records in runs.items():
         _draw_losses(ax1, records, label=v)
         colors[v] = ax1.get_lines()[-1].get_color()
+    if entropy is not None:
+        ax1.axhline(entropy, color="gray", ls=":", lw=1, label=f"unigram entropy {entropy:.3f}")
     ax1.set_xlabel("iteration")
     ax1.set_ylabel("cross-entropy loss (nats per character)")
     ax1.set_title("loss", fontsize=10)
@@ -695,7 +700,10 @@ def depth_train(
         f"{cfg.n_layer}-layer GPT (C={cfg.n_embd}, H={cfg.n_head}, T={cfg.block_size}, "
         f"B={cfg.batch_size}), {cfg.max_iters} steps, lr {cfg.lr:g}: " + " vs ".join(cfg.variants)
     )
-    atomic_write_bytes(os.path.join(cfg.out_dir, "depth_train.png"), render_depth_plot(runs, title))
+    entropy = unigram_entropy(load_corpus(cfg.data, cfg.block_size).text)
+    summary["unigram_entropy"] = entropy
+    png = render_depth_plot(runs, title, entropy)
+    atomic_write_bytes(os.path.join(cfg.out_dir, "depth_train.png"), png)
     atomic_write_text(
         os.path.join(cfg.out_dir, "depth_train.json"), json.dumps(summary, indent=2) + "\n"
     )
