@@ -62,9 +62,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     for flag, typ, help_ in TRAIN_FLAGS:
         default = getattr(d, _field(flag))
         kw = {"choices": VARIANTS if flag == "--variant" else INITS} if typ is None else {}
-        p.add_argument(
-            flag, type=typ or str, default=None, help=f"{help_} (default: {default})", **kw
-        )
+        shown = "" if default is None else f" (default: {default})"
+        p.add_argument(flag, type=typ or str, default=None, help=help_ + shown, **kw)
     p.add_argument(
         "--out-dir", default=None, help=f"checkpoints, metrics and plot (default: {d.out_dir})"
     )
@@ -105,16 +104,20 @@ def register(sub: argparse._SubParsersAction) -> None:
         "per-layer gradient norms at the first and last step (depth_train.png, "
         "depth_train.json) in --out-dir, one subdirectory per variant.",
     )
-    for flag, typ in [
-        ("--n-layer", _common.positive_int), ("--n-head", _common.positive_int),
-        ("--n-embd", _common.positive_int), ("--block-size", _common.positive_int),
-        ("--batch-size", _common.positive_int), ("--max-iters", _common.nonneg_int),
-        ("--lr", _common.positive_float), ("--eval-interval", _common.positive_int),
-        ("--eval-iters", _common.positive_int), ("--seed", _common.seed), ("--data", str),
-        ("--out-dir", str),
-    ]:  # fmt: skip
+    helps = {flag: (typ, help_) for flag, typ, help_ in TRAIN_FLAGS}
+    helps["--lr"] = (
+        _common.positive_float,
+        "peak learning rate; warmup max_iters/10, cosine to lr/10",
+    )
+    helps["--max-iters"] = (_common.nonneg_int, "optimizer steps per variant")
+    helps["--out-dir"] = (str, "the plot, the summary, and one run directory per variant")
+    for flag in ("--n-layer", "--n-head", "--n-embd", "--block-size", "--batch-size",
+                 "--max-iters", "--lr", "--eval-interval", "--eval-iters", "--seed", "--data",
+                 "--out-dir"):  # fmt: skip
+        typ, help_ = helps[flag]
         default = getattr(g, _field(flag))
-        p.add_argument(flag, type=typ, default=default, help=f"(default: {default})")
+        shown = "" if default is None else f" (default: {default})"
+        p.add_argument(flag, type=typ, default=default, help=help_ + shown)
     p.add_argument(
         "--variants",
         type=_common.name_list(VARIANTS),
