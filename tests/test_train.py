@@ -302,3 +302,17 @@ def test_depth_train_cli_tiny(tmp_path, text_file, capsys):
         assert f.read(4) == b"\x89PNG"
     # both variants started from the same batches: their first losses see the same data
     assert DepthTrainConfig(n_layer=2).train_config("none").seed == 1337
+
+
+def test_read_metrics_skips_a_torn_line_and_cuts_at_the_checkpoint(tmp_path):
+    lines = [
+        {"kind": "eval", "iter": 0},
+        {"kind": "iter", "iter": 0},
+        {"kind": "iter", "iter": 1},
+        {"kind": "eval", "iter": 2},
+        {"kind": "iter", "iter": 2},
+    ]
+    text = "".join(json.dumps(r) + "\n" for r in lines) + '{"kind": "iter", "it'  # killed
+    (tmp_path / "metrics.jsonl").write_text(text, encoding="utf-8")
+    assert read_metrics(tmp_path) == lines
+    assert read_metrics(tmp_path, upto=2) == lines[:4]  # steps before 2, evals up to 2

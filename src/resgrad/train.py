@@ -138,8 +138,6 @@ class TrainConfig:
         _float("lr", self.lr, 0.0, lo_open=True)
         _float("min_lr", self.min_lr, 0.0, self.lr)
         _float("weight_decay", self.weight_decay, 0.0)
-        _float("beta1", self.beta1, 0.0, 1.0)
-        _float("beta2", self.beta2, 0.0, 1.0)
         _float("grad_clip", self.grad_clip, 0.0)
         if self.variant not in VARIANTS:
             raise ValueError(f"unknown variant {self.variant!r}; expected one of {VARIANTS}")
