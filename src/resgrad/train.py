@@ -392,6 +392,91 @@ def _check_resumable(cfg: TrainConfig, saved: dict, path: str) -> None:
             )
 
 
+@dataclass
+class _Run:
+    """The state a run starts from: fresh, or restored from its last checkpoint."""
+
+    corpus: Corpus
+    model: GPT
+    opt: AdamW
+    data_rng: np.random.Generator  # draws the training batches
+    dropout_rng: np.random.Generator  # draws the dropout masks
+    start: int  # completed steps
+    best: float | None  # best validation loss so far
+    records: list[dict]  # metrics so far
+
+
+def _start_run(cfg: TrainConfig, last_path: str) -> _Run:
+    """A fresh run, or (``cfg.resume``) the one in ``last_path``, checked against ``cfg``."""
+    out_dir = cfg.out_dir
+    if not cfg.resume:
+        if os.path.exists(last_path):
+            raise ValueError(
+                f"{out_dir!r} already holds a run ({LAST}); pass --resume to continue it "
+                "or choose another --out-dir"
+            )
+        corpus = load_corpus(cfg.data, cfg.block_size)
+        model = GPT(cfg.gpt_config(corpus.tokenizer.vocab_size), seed=cfg.seed)
+        return _Run(
+            corpus=corpus,
+            model=model,
+            opt=AdamW(model.params, cfg.adamw()),
+            data_rng=np.random.default_rng([cfg.seed, _SEED_DATA]),
+            dropout_rng=np.random.default_rng([cfg.seed, _SEED_DROPOUT]),
+            start=0,
+            best=None,
+            records=[],
+        )
+    if not os.path.exists(last_path):
+        raise FileNotFoundError(f"--resume: no checkpoint {LAST!r} in {out_dir!r}")
+    ckpt = load_checkpoint(last_path)
+    _check_resumable(cfg, ckpt.config.get("train", {}), last_path)
+    corpus = load_corpus(cfg.data, cfg.block_size, CharTokenizer(ckpt.vocab))
+    if corpus.sha256 != ckpt.extra.get("data_sha256"):
+        raise ValueError(
+            f"cannot resume {last_path!r}: the data {corpus.source!r} differs from the "
+            "text the checkpoint was trained on (SHA-256 mismatch)"
+        )
+    if ckpt.iteration > cfg.max_iters:
+        raise ValueError(
+            f"cannot resume {last_path!r}: it is at iteration {ckpt.iteration}, beyond "
+            f"max_iters {cfg.max_iters}"
+        )
+    model = GPT(cfg.gpt_config(corpus.tokenizer.vocab_size), seed=cfg.seed)
+    check_params(ckpt.params, model.params, where=f"checkpoint {last_path!r}")
+    for k, v in ckpt.params.items():
+        model.params[k][...] = v
+    opt = AdamW(model.params, cfg.adamw())
+    opt.load_state_dict(ckpt.optimizer)
+    return _Run(
+        corpus=corpus,
+        model=model,
+        opt=opt,
+        data_rng=generator_from_state(ckpt.rng_states["data"]),
+        dropout_rng=generator_from_state(ckpt.rng_states["dropout"]),
+        start=ckpt.iteration,
+        best=ckpt.best_val_loss,
+        records=read_metrics(out_dir, upto=ckpt.iteration),  # drop what a kill left after it
+    )
+
+
+def _checkpoint(run: _Run, it: int, best: float, config: dict) -> Checkpoint:
+    """Everything needed to continue ``run`` bit-exactly from iteration ``it``."""
+    return Checkpoint(
+        params=run.model.params,
+        optimizer=run.opt.state_dict(),
+        iteration=it,
+        config=config,
+        vocab=run.corpus.tokenizer.chars,
+        best_val_loss=best,
+        rng_states={
+            "data": run.data_rng.bit_generator.state,
+            "dropout": run.dropout_rng.bit_generator.state,
+        },
+        extra={"data_sha256": run.corpus.sha256, "data_source": run.corpus.source},
+    )
+
+
 def train(
     cfg: TrainConfig,
     *,
@@ -430,46 +515,8 @@ def train(
     os.makedirs(out_dir, exist_ok=True)
     last_path, best_path = os.path.join(out_dir, LAST), os.path.join(out_dir, BEST)
     metrics_path = os.path.join(out_dir, METRICS)
-
-    if cfg.resume:
-        if not os.path.exists(last_path):
-            raise FileNotFoundError(f"--resume: no checkpoint {LAST!r} in {out_dir!r}")
-        ckpt = load_checkpoint(last_path)
-        _check_resumable(cfg, ckpt.config.get("train", {}), last_path)
-        corpus = load_corpus(cfg.data, cfg.block_size, CharTokenizer(ckpt.vocab))
-        if corpus.sha256 != ckpt.extra.get("data_sha256"):
-            raise ValueError(
-                f"cannot resume {last_path!r}: the data {corpus.source!r} differs from the "
-                "text the checkpoint was trained on (SHA-256 mismatch)"
-            )
-        model = GPT(cfg.gpt_config(corpus.tokenizer.vocab_size), seed=cfg.seed)
-        check_params(ckpt.params, model.params, where=f"checkpoint {last_path!r}")
-        for k, v in ckpt.params.items():
-            model.params[k][...] = v
-        opt = AdamW(model.params, cfg.adamw())
-        opt.load_state_dict(ckpt.optimizer)
-        data_rng = generator_from_state(ckpt.rng_states["data"])
-        dropout_rng = generator_from_state(ckpt.rng_states["dropout"])
-        start, best = ckpt.iteration, ckpt.best_val_loss
-        if start > cfg.max_iters:
-            raise ValueError(
-                f"cannot resume {last_path!r}: it is at iteration {start}, beyond "
-                f"max_iters {cfg.max_iters}"
-            )
-        records = read_metrics(out_dir, upto=start)  # drop what a killed run wrote after it
-    else:
-        if os.path.exists(last_path):
-            raise ValueError(
-                f"{out_dir!r} already holds a run ({LAST}); pass --resume to continue it "
-                "or choose another --out-dir"
-            )
-        corpus = load_corpus(cfg.data, cfg.block_size)
-        model = GPT(cfg.gpt_config(corpus.tokenizer.vocab_size), seed=cfg.seed)
-        opt = AdamW(model.params, cfg.adamw())
-        data_rng = np.random.default_rng([cfg.seed, _SEED_DATA])
-        dropout_rng = np.random.default_rng([cfg.seed, _SEED_DROPOUT])
-        start, best = 0, None
-        records = []
+    run = _start_run(cfg, last_path)
+    corpus, model, start, best, records = run.corpus, run.model, run.start, run.best, run.records
     atomic_write_text(metrics_path, "".join(json.dumps(r) + "\n" for r in records))
 
     schedule, L = cfg.schedule(), cfg.n_layer
@@ -522,19 +569,7 @@ def train(
                     f"iter {it}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}, "
                     f"grad norm {norm_txt}, lr {lr:.3e}" + (" (best)" if is_best else "")
                 )
-                ckpt = Checkpoint(
-                    params=model.params,
-                    optimizer=opt.state_dict(),
-                    iteration=it,
-                    config=config_record,
-                    vocab=corpus.tokenizer.chars,
-                    best_val_loss=best,
-                    rng_states={
-                        "data": data_rng.bit_generator.state,
-                        "dropout": dropout_rng.bit_generator.state,
-                    },
-                    extra={"data_sha256": corpus.sha256, "data_source": corpus.source},
-                )
+                ckpt = _checkpoint(run, it, best, config_record)
                 save_checkpoint(last_path, ckpt, *([best_path] if is_best else []))
                 atomic_write_bytes(
                     os.path.join(out_dir, PLOT), render_loss_plot(records, title, entropy)
@@ -545,8 +580,8 @@ def train(
             # --- one optimizer step
             t0 = time.perf_counter()
             lr = schedule(it)
-            x, y = get_batch(corpus.train, cfg.block_size, cfg.batch_size, data_rng)  # (B, T)
-            step = train_step(model, opt, x, y, lr, cfg.grad_clip, dropout_rng, it)
+            x, y = get_batch(corpus.train, cfg.block_size, cfg.batch_size, run.data_rng)  # (B, T)
+            step = train_step(model, run.opt, x, y, lr, cfg.grad_clip, run.dropout_rng, it)
             loss, last_norm = step.loss, step.grad_norm
             dt = time.perf_counter() - t0
             step_seconds += dt
