@@ -38,3 +38,20 @@ def test_wrong_types_are_rejected(tmp_path):
         atomic_write_bytes(tmp_path / "a", "text")
     with pytest.raises(TypeError, match="str"):
         atomic_write_text(tmp_path / "a", b"bytes")
+
+
+def test_written_files_get_the_usual_mode_not_mkstemps_0600(tmp_path):
+    import os
+
+    from resgrad.io import atomic_write_text
+
+    old = os.umask(0o022)
+    try:
+        p = tmp_path / "new.txt"
+        atomic_write_text(p, "a")
+        assert p.stat().st_mode & 0o777 == 0o644
+        os.chmod(p, 0o600)  # an existing file keeps its own mode
+        atomic_write_text(p, "b")
+        assert p.stat().st_mode & 0o777 == 0o600
+    finally:
+        os.umask(old)

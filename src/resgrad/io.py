@@ -30,6 +30,16 @@ def _fsync_dir(directory: str) -> None:
         os.close(fd)
 
 
+def _file_mode(path: str) -> int:
+    """The mode the written file gets: the old file's, else what open() would give (umask)."""
+    try:
+        return os.stat(path).st_mode & 0o7777
+    except FileNotFoundError:
+        umask = os.umask(0)  # read the umask: it can only be read by setting it
+        os.umask(umask)
+        return 0o666 & ~umask
+
+
 def atomic_write(path: str | os.PathLike, write_fn: Callable[[BinaryIO], None]) -> None:
     """Write ``path`` atomically; ``write_fn(f)`` writes the content to a binary file.
 
@@ -52,6 +62,7 @@ def atomic_write(path: str | os.PathLike, write_fn: Callable[[BinaryIO], None]) 
         raise FileNotFoundError(f"directory {directory!r} does not exist (writing {path!r})")
     fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
     try:
+        os.fchmod(fd, _file_mode(path))  # mkstemp makes 0600; give the usual mode instead
         with os.fdopen(fd, "wb") as f:
             write_fn(f)
             f.flush()
