@@ -7,11 +7,13 @@
 
 A step is forward + backward + AdamW. Both models have the same config, the
 same parameter count (checked) and the same thread count; the steps alternate
-between the two frameworks, and each figure is the median of ``--steps`` steps
-after warm-up. GFLOP/s come from resgrad's counted matmul FLOPs (attention
-included), the same count for both, as a fraction of the float32 matmul peak
-measured in this run. Peak memory is measured in a fresh child process per
-framework. PyTorch is optional: without it resgrad's figures print alone.
+between the two frameworks in blocks of 5, each block after a short pause that
+lets the other's spinning BLAS/OpenMP threads go quiet and one untimed step, and
+each figure is the median of ``--steps`` steps. GFLOP/s come from resgrad's
+counted matmul FLOPs (attention included), the same count for both, as a
+fraction of the float32 matmul peak measured in this run. Peak memory is
+measured in a fresh child process per framework. PyTorch is optional: without
+it resgrad's figures print alone.
 
 The PyTorch model is what a PyTorch user writes (nanoGPT's model): nn.Linear,
 nn.LayerNorm, F.scaled_dot_product_attention(is_causal=True), GELU (tanh), the
@@ -35,12 +37,16 @@ from resgrad.bench import (
     machine_header,
     make_batch,
     matmul_peak_gflops,
+    own_peak_rss_mib,
     peak_memory_mib,
     resgrad_figures,
     resgrad_probe_argv,
     resgrad_step_fn,
+    settle,
     time_steps,
 )
+
+BLOCK = 5  # timed steps of one framework before switching to the other
 
 torch = F = nn = None  # imported by _import_torch(): the resgrad memory probe must not pay for it
 
@@ -113,11 +119,12 @@ def torch_step_fn(cfg: BenchConfig, seed: int = 0):
 
 
 def torch_child(name: str, steps: int = 3) -> None:
-    """PyTorch's memory probe: build the model and train a few steps."""
+    """PyTorch's memory probe: build the model, train a few steps, print the peak memory."""
     _import_torch()
     _, step = torch_step_fn(BENCH_CONFIGS[name])
     for _ in range(steps):
         step()
+    print(f"peak_mib {own_peak_rss_mib()}")
 
 
 def bench_config(cfg: BenchConfig, steps: int, peak: float) -> dict:
@@ -134,9 +141,12 @@ def bench_config(cfg: BenchConfig, steps: int, peak: float) -> dict:
         r_step()
         t_step()
     r_times, t_times = [], []
-    for _ in range(steps):  # alternate, so both see the same machine
-        r_times += time_steps(r_step, 1, warmup=0)
-        t_times += time_steps(t_step, 1, warmup=0)
+    for done in range(0, steps, BLOCK):  # alternate in blocks, so both see the same machine:
+        n = min(BLOCK, steps - done)  # each block after the other's threads have gone quiet
+        settle()  # and one untimed step, so it times steady training, not a wake-up
+        r_times += time_steps(r_step, n, warmup=1)
+        settle()
+        t_times += time_steps(t_step, n, warmup=1)
     row["resgrad"] = figures(r_times, cfg, flops, peak).as_dict()
     row["torch"] = figures(t_times, cfg, flops, peak).as_dict()
     row["resgrad"]["peak_mib"] = peak_memory_mib(resgrad_probe_argv(cfg.name))

@@ -33,11 +33,20 @@ __all__ = [
     "machine_header",
     "make_batch",
     "matmul_peak_gflops",
+    "own_peak_rss_mib",
     "peak_memory_mib",
     "resgrad_probe_argv",
     "resgrad_step_fn",
+    "settle",
     "time_steps",
 ]
+
+# Seconds to wait before timing a step of the other framework. OpenBLAS's worker
+# threads keep spinning ~0.1 s after the last BLAS call (0.10 CPU-seconds burnt
+# while idle after a resgrad step; PyTorch's OpenMP threads: 0.01 s), so without a
+# pause the framework timed second shares the cores with them: alternating with no
+# pause, PyTorch's cpu-recipe step took 67 ms against 31 ms alone.
+SETTLE_S = 0.25
 
 
 @dataclass(frozen=True)
@@ -100,10 +109,19 @@ def resgrad_step_fn(cfg: BenchConfig, seed: int = 0) -> tuple[GPT, Callable[[], 
 
 
 def train_steps(name: str, steps: int = 3) -> None:
-    """Build the ``name`` config's model and train ``steps`` steps (the memory probe's body)."""
+    """Build the ``name`` config's model, train ``steps`` steps and print the peak memory.
+
+    The memory probe's body: the last line printed is ``peak_mib <float>``.
+    """
     _, step = resgrad_step_fn(BENCH_CONFIGS[name])
     for _ in range(steps):
         step()
+    print(f"peak_mib {own_peak_rss_mib()}")
+
+
+def settle(seconds: float = SETTLE_S) -> None:
+    """Sleep until the BLAS and OpenMP threads of the last timed step have stopped spinning."""
+    time.sleep(seconds)
 
 
 def resgrad_probe_argv(name: str) -> list[str]:
@@ -144,21 +162,45 @@ def blas_info() -> list[dict]:
     return [{k: i.get(k) for k in keys} for i in threadpool_info() if i["user_api"] == "blas"]
 
 
-def peak_memory_mib(argv: list[str]) -> float:
-    """Peak resident memory (MiB) of a child process running ``argv``.
+def own_peak_rss_mib() -> float:
+    """Peak resident memory (MiB) of this process: the kernel's ``VmHWM``.
 
-    Each framework is measured in a fresh process of its own (its ``ru_maxrss``,
-    read with ``os.wait4`` for that child alone), so its figure is its own
-    whatever else the parent holds; the interpreter and the libraries it
-    imports are included.
+    Not ``ru_maxrss``: on Linux a child's ``ru_maxrss`` starts from its parent's
+    resident size at the fork (exec keeps that high-water mark), so a probe
+    forked from a parent holding PyTorch reported the parent's memory (a child
+    of a parent holding 527 MiB: ru_maxrss 527 MiB, VmHWM 13 MiB).
+    ``VmHWM`` belongs to the process's own address space.
     """
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024  # kB -> MiB
+    except OSError:  # no /proc (macOS): the rusage figure, bytes there
+        pass
+    import resource
+
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return rss / 2**20 if sys.platform == "darwin" else rss / 1024
+
+
+def peak_memory_mib(argv: list[str]) -> float:
+    """Peak resident memory (MiB) of a fresh child process running ``argv``.
+
+    Each framework is measured in a process of its own, which trains a few steps
+    and prints ``peak_mib <float>`` (:func:`own_peak_rss_mib`) as its last line,
+    so its figure is its own whatever else the parent holds; the interpreter and
+    the libraries it imports are included.
+    """
+    proc = subprocess.run(argv, capture_output=True, text=True)
     if proc.returncode != 0:
-        raise RuntimeError(f"memory probe {argv} failed ({proc.returncode}): {err.strip()}")
-    return usage.ru_maxrss / 1024  # KiB -> MiB on Linux
+        err = proc.stderr.strip()
+        raise RuntimeError(f"memory probe {argv} failed ({proc.returncode}): {err}")
+    last = proc.stdout.strip().splitlines()[-1:] or [""]
+    key, _, value = last[0].partition(" ")
+    if key != "peak_mib":
+        raise RuntimeError(f"memory probe {argv} printed no peak_mib line: {proc.stdout!r}")
+    return float(value)
 
 
 def resgrad_figures(cfg: BenchConfig, steps: int, peak: float) -> dict:
