@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from resgrad.heap import keep_freed_memory
 from resgrad.model import GPT, GPTConfig
 from resgrad.optim import AdamW, AdamWConfig
 
@@ -113,6 +114,7 @@ def train_steps(name: str, steps: int = 3) -> None:
 
     The memory probe's body: the last line printed is ``peak_mib <float>``.
     """
+    keep_freed_memory()  # as in the timed process
     _, step = resgrad_step_fn(BENCH_CONFIGS[name])
     for _ in range(steps):
         step()
@@ -237,12 +239,14 @@ def figures(times: list[float], cfg: BenchConfig, flops_per_step: int, peak: flo
     return StepFigures(1e3 * med, cfg.tokens_per_step / med, gflops, gflops / peak)
 
 
-def machine_header(peak: float) -> str:
-    """Lines saying what was measured on: BLAS kernel, OPENBLAS_* settings, threads, peak."""
+def machine_header(peak: float, heap_kept: bool | None = None) -> str:
+    """Lines saying what was measured on: BLAS kernel, OPENBLAS_* settings, threads, peak,
+    and whether freed memory is kept for reuse (:func:`resgrad.heap.keep_freed_memory`)."""
     env = {k: os.environ.get(k, "(unset)") for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
+    heap = {None: "", True: "; malloc keeps freed memory", False: "; default malloc"}[heap_kept]
     return (
         f"BLAS (threadpoolctl): {json.dumps(blas_info())}\n"
-        f"environment: {env}; cpus: {os.cpu_count()}\n"
+        f"environment: {env}; cpus: {os.cpu_count()}{heap}\n"
         f"float32 matmul peak, 1024^3, this run: {peak:.1f} GFLOP/s"
     )
 

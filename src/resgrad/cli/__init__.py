@@ -15,6 +15,7 @@ import argparse
 import sys
 
 from resgrad.cli import _common, bench_cmds, check_cmds, flow_cmds, lesson_cmds, train_cmds
+from resgrad.heap import keep_freed_memory
 
 # one module per group of subcommands, in the order `resgrad --help` lists them
 COMMAND_MODULES = [lesson_cmds, check_cmds, flow_cmds, train_cmds, bench_cmds]
@@ -35,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    keep_freed_memory()  # the command owns the process: reuse NumPy's freed arrays (heap.py)
     try:
         return int(args.func(args) or 0)
     except (ValueError, OSError) as e:

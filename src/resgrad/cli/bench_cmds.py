@@ -12,6 +12,7 @@ from resgrad.bench import (
     resgrad_figures,
 )
 from resgrad.cli import _common
+from resgrad.heap import keep_freed_memory
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -40,7 +41,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     peak = matmul_peak_gflops()
-    print(machine_header(peak))
+    print(machine_header(peak, keep_freed_memory()))  # main() applied it; True again if it took
     names = list(BENCH_CONFIGS) if args.config == "all" else [args.config]
     for name in names:
         print(format_row(resgrad_figures(BENCH_CONFIGS[name], args.steps, peak)), flush=True)
