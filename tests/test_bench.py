@@ -3,6 +3,7 @@
 import importlib.util
 import pathlib
 
+import numpy as np
 import pytest
 
 from resgrad.bench import BENCH_CONFIGS, figures, format_row, make_batch
@@ -61,3 +62,23 @@ def test_pytorch_model_has_the_same_parameter_count(torch, name):
     cfg = BENCH_CONFIGS[name]
     t_params = sum(p.numel() for p in mod.torch_model(cfg).parameters())
     assert t_params == GPT(cfg.gpt_config()).num_params()
+
+
+def test_peak_memory_is_the_child_s_own_report():
+    import sys
+
+    from resgrad.bench import own_peak_rss_mib, peak_memory_mib
+
+    assert peak_memory_mib([sys.executable, "-c", "print('hello'); print('peak_mib 12.5')"]) == 12.5
+    with pytest.raises(RuntimeError, match="no peak_mib line"):
+        peak_memory_mib([sys.executable, "-c", "print('nothing')"])
+    with pytest.raises(RuntimeError, match="failed"):
+        peak_memory_mib([sys.executable, "-c", "raise SystemExit(3)"])
+    # the child's figure is its own, not this process's (ru_maxrss after fork + exec was)
+    held = np.ones(300 * 2**18, dtype=np.float32)  # 300 MiB, every page written
+    child = peak_memory_mib([sys.executable, "-c", BARE_PROBE])
+    assert 0 < child < 200 < own_peak_rss_mib(), (child, own_peak_rss_mib())
+    del held
+
+
+BARE_PROBE = "from resgrad.bench import own_peak_rss_mib; print(f'peak_mib {own_peak_rss_mib()}')"
