@@ -93,6 +93,60 @@ def test_causal_attention_never_looks_ahead():
     np.testing.assert_array_equal(y[..., :3, :], y2[..., :3, :])
 
 
+@pytest.mark.parametrize("block", [1, 2, 3, 6])
+def test_causal_attention_in_query_blocks_is_the_one_shot_attention(block):
+    """Blocks skip the keys after each block's last query: same y, same gradients."""
+    rng = np.random.default_rng(7)
+    q, k, v = (rng.standard_normal((2, 3, 7, 4)) for _ in range(3))
+    dy = rng.standard_normal(q.shape)
+    y0, c0 = L.sdpa_forward(q, k, v, block=7)  # one block: the whole square at once
+    y, c = L.sdpa_forward(q, k, v, block=block)
+    np.testing.assert_allclose(y, y0, rtol=1e-13, atol=1e-14)
+    assert np.all(np.triu(c.att, k=1) == 0)  # the skipped part is exactly 0, rows sum to 1
+    np.testing.assert_allclose(c.att.sum(-1), 1.0, rtol=1e-14)
+    for bwd_block in (block, 7, 2):  # the backward's blocks need not be the forward's
+        for g, g0 in zip(L.sdpa_backward(dy, c, block=bwd_block), L.sdpa_backward(dy, c0)):
+            np.testing.assert_allclose(g, g0, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("p", [0.0, 0.3])
+def test_causal_attention_in_blocks_passes_a_full_float64_check(p):
+    rng = np.random.default_rng(8)
+    q, k, v = (rng.standard_normal((1, 2, 5, 3)) for _ in range(3))
+    dy = rng.standard_normal(q.shape)
+
+    def sdpa(q, k, v):
+        drop_rng = np.random.default_rng(9)  # the same dropout mask on every call
+        return L.sdpa_forward(q, k, v, dropout=p, train=True, rng=drop_rng, block=2)[0]
+
+    _, c = L.sdpa_forward(q, k, v, dropout=p, train=True, rng=np.random.default_rng(9), block=2)
+    dq, dk, dv = L.sdpa_backward(dy, c, block=2)
+    r = compare(
+        "blocked sdpa", sdpa, {"q": q, "k": k, "v": v}, {"q": dq, "k": dk, "v": dv}, dout=dy
+    )
+    assert r.passed and r.max_error < RTOL, r.row()
+
+
+def test_causal_attention_in_blocks_matches_torch(torch):
+    rng = np.random.default_rng(10)
+    q, k, v = (rng.standard_normal((2, 2, 9, 4)) for _ in range(3))
+    dy = rng.standard_normal(q.shape)
+    tq, tk, tv = (torch.tensor(a, requires_grad=True) for a in (q, k, v))
+    ty = torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, is_causal=True)
+    ty.backward(torch.tensor(dy))
+    y, c = L.sdpa_forward(q, k, v, block=4)  # blocks of 4, 4 and 1 queries
+    np.testing.assert_allclose(y, ty.detach().numpy(), rtol=1e-12, atol=1e-14)
+    for mine, ref in zip(L.sdpa_backward(dy, c, block=4), (tq, tk, tv)):
+        np.testing.assert_allclose(mine, ref.grad.numpy(), rtol=1e-10, atol=1e-13)
+
+
+def test_a_bad_attention_block_is_refused():
+    q = np.zeros((1, 1, 2, 2))
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match="block must be a positive integer"):
+            L.sdpa_forward(q, q, q, block=bad)
+
+
 def test_causal_mask_is_cached_once_per_T_and_read_only():
     assert L.causal_mask(7, "float32") is L.causal_mask(7, "float32")
     m = L.causal_mask(3)

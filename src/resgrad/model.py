@@ -196,10 +196,13 @@ class GPT:
 
         Counts 2 FLOPs per multiply-add of every matmul: per block, the fused QKV
         (6C^2), the output projection (2C^2), the MLP (16C^2) and attention's
-        ``q k^T`` and ``att v`` over the full T x T square that numpy computes
-        (4TC); then the LM head (2CV). The backward does two matmuls for every
-        forward one, so the total is 3x the forward. Elementwise work (softmax,
-        GELU, LayerNorm) is left out: it is O(TC) or O(HT^2), not O(C^2).
+        ``q k^T`` and ``att v`` over the full T x T square (4TC); then the LM head
+        (2CV). The backward does two matmuls for every forward one, so the total is
+        3x the forward. Elementwise work (softmax, GELU, LayerNorm) is left out: it
+        is O(TC) or O(HT^2), not O(C^2). This is the model's count, the same for
+        any implementation: :func:`resgrad.layers.sdpa_forward` skips the part of
+        the square after each query block (a quarter of it at T = 256, none at
+        T <= 128), as PyTorch's causal attention skips it too.
         """
         cfg = self.cfg
         T = cfg.block_size if T is None else T
