@@ -35,6 +35,7 @@ not import model.py, which sits above it.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -58,12 +59,14 @@ __all__ = [
     "INITS",
     "VARIANTS",
     "BlockCache",
+    "block_alpha",
     "block_backward",
     "block_forward",
     "block_param_shapes",
     "deepnorm_alpha",
     "deepnorm_beta",
     "init_block_params",
+    "scheme_forward",
 ]
 
 VARIANTS = ("pre-ln", "post-ln", "none", "residual", "rezero", "deepnorm")
@@ -208,24 +211,55 @@ def _sublayer_backward(name, df, cache, p, grads):
     return dx
 
 
-def _step_forward(i, x, params, p, cfg, alpha, train, rng):
-    """Sublayer ``i`` (0: attn, 1: mlp) in its scheme: x (B, T, C) -> out (B, T, C)."""
-    name, ln = SUBLAYERS[i], f"{p}.ln{i + 1}"
-    g, b, eps = params.get(f"{ln}.g"), params.get(f"{ln}.b"), cfg.ln_eps
-    v = cfg.variant
-    if v in ("pre-ln", "none"):
+def scheme_forward(
+    x: np.ndarray,
+    sublayer: Callable[[np.ndarray], tuple[np.ndarray, Any]],
+    variant: str,
+    g: np.ndarray | None,
+    b: np.ndarray | None,
+    eps: float,
+    alpha: Any,
+) -> tuple[np.ndarray, StepCache]:
+    """One sublayer f inside the residual scheme ``variant``: x (B, T, C) -> out (B, T, C).
+
+    ``sublayer(h)`` returns ``(f(h), cache)``; ``g``, ``b`` are the scheme's LayerNorm
+    (None where it has none) and ``alpha`` rezero's or deepnorm's scale. The KV-cache
+    sampler passes its own attention here, so training and sampling share the schemes.
+    """
+    if variant in ("pre-ln", "none"):
         h, c_ln = layernorm_forward(x, g, b, eps)  # 1) (B,T,C) h = ln(x)
-        f, c_sub = _sublayer_forward(name, h, params, p, cfg, train, rng)  # 2) (B,T,C) f(h)
-        out = x + f if v == "pre-ln" else f  # 3) (B,T,C) pre-ln: x + f; none: f alone
+        f, c_sub = sublayer(h)  # 2) (B,T,C) f(h)
+        out = x + f if variant == "pre-ln" else f  # 3) (B,T,C) pre-ln: x + f; none: f alone
         return out, StepCache(c_ln, c_sub, None)
-    f, c_sub = _sublayer_forward(name, x, params, p, cfg, train, rng)  # 1) (B,T,C) f(x)
-    if v == "residual":
+    f, c_sub = sublayer(x)  # 1) (B,T,C) f(x)
+    if variant == "residual":
         return x + f, StepCache(None, c_sub, None)  # 2) (B,T,C) x + f
-    if v == "rezero":
+    if variant == "rezero":
         return x + alpha * f, StepCache(None, c_sub, f)  # 2) (B,T,C) x + alpha f
-    s = x + f if v == "post-ln" else x * alpha + f  # 2) (B,T,C) post-ln: x + f; deepnorm: a x + f
+    # 2) (B,T,C) post-ln: s = x + f; deepnorm: s = alpha x + f
+    s = x + f if variant == "post-ln" else x * alpha + f
     out, c_ln = layernorm_forward(s, g, b, eps)  # 3) (B,T,C) ln(s)
     return out, StepCache(c_ln, c_sub, None)
+
+
+def _step_forward(i, x, params, p, cfg, alpha, train, rng):
+    """Sublayer ``i`` (0: attn, 1: mlp) of block ``p`` in its scheme: (B, T, C) -> (B, T, C)."""
+    name, ln = SUBLAYERS[i], f"{p}.ln{i + 1}"
+
+    def sublayer(h):
+        return _sublayer_forward(name, h, params, p, cfg, train, rng)
+
+    g, b = params.get(f"{ln}.g"), params.get(f"{ln}.b")
+    return scheme_forward(x, sublayer, cfg.variant, g, b, cfg.ln_eps, alpha)
+
+
+def block_alpha(params: dict[str, np.ndarray], prefix: str, cfg: Any, dtype: Any) -> Any:
+    """The block's residual scale: rezero's learned alpha, deepnorm's constant, else 1."""
+    if cfg.variant == "rezero":
+        return np.dtype(dtype).type(params[f"{prefix}.alpha"][0])  # learned, one per block
+    if cfg.variant == "deepnorm":
+        return np.dtype(dtype).type(deepnorm_alpha(cfg.n_layer))  # DeepNet's (2L)^(1/4)
+    return np.dtype(dtype).type(1.0)
 
 
 def _step_backward(i, dout, c, p, variant, alpha, grads):
@@ -296,12 +330,7 @@ def block_forward(
     """
     _check_variant(cfg.variant)
     p = prefix.rstrip(".")
-    if cfg.variant == "rezero":
-        alpha = x.dtype.type(params[f"{p}.alpha"][0])  # learned, one per block
-    elif cfg.variant == "deepnorm":
-        alpha = x.dtype.type(deepnorm_alpha(cfg.n_layer))  # DeepNet's constant (2L)^(1/4)
-    else:
-        alpha = x.dtype.type(1.0)
+    alpha = block_alpha(params, p, cfg, x.dtype)
     h, c_attn = _step_forward(0, x, params, p, cfg, alpha, train, rng)  # 1) (B,T,C) attention
     out, c_mlp = _step_forward(1, h, params, p, cfg, alpha, train, rng)  # 2) (B,T,C) MLP
     return out, BlockCache(c_attn, c_mlp, p, cfg.variant, alpha)

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from resgrad.blocks import FINAL_LN, deepnorm_alpha
+from resgrad.blocks import ATTN_KEYS, FINAL_LN, MLP_KEYS, block_alpha, scheme_forward
 from resgrad.checkpoint import BEST, LAST, Checkpoint, check_params, load_checkpoint
 from resgrad.data import CharTokenizer
 from resgrad.layers import layernorm_forward, linear_forward, mlp_forward, softmax
@@ -124,21 +124,6 @@ def attention_step(
     return out
 
 
-def _scheme(x, f, variant, g, b, eps, alpha):
-    """One sublayer inside its residual scheme, as :func:`resgrad.blocks._step_forward`,
-    inference only: x (B, T, C) -> out (B, T, C). ``f`` maps (B, T, C) -> (B, T, C)."""
-    if variant in ("pre-ln", "none"):
-        h, _ = layernorm_forward(x, g, b, eps)  # (B,T,C)
-        return x + f(h) if variant == "pre-ln" else f(h)  # (B,T,C)
-    if variant == "residual":
-        return x + f(x)  # (B,T,C)
-    if variant == "rezero":
-        return x + alpha * f(x)  # (B,T,C)
-    s = x + f(x) if variant == "post-ln" else x * alpha + f(x)  # (B,T,C) post-ln / deepnorm
-    out, _ = layernorm_forward(s, g, b, eps)  # (B,T,C)
-    return out
-
-
 def forward_step(model: GPT, idx: np.ndarray, cache: KVCache) -> np.ndarray:
     """Logits of T new tokens that follow the ``cache.length`` cached ones.
 
@@ -162,24 +147,20 @@ def forward_step(model: GPT, idx: np.ndarray, cache: KVCache) -> np.ndarray:
     x = p["wte"][idx] + p["wpe"][t0 : t0 + T]  # (B,T,C) token + position embedding
     for layer in range(cfg.n_layer):
         pre = f"blocks.{layer}"
-        g = {k: p.get(f"{pre}.{k}") for k in ("ln1.g", "ln1.b", "ln2.g", "ln2.b")}
-        if cfg.variant == "rezero":
-            alpha = x.dtype.type(p[f"{pre}.alpha"][0])
-        elif cfg.variant == "deepnorm":
-            alpha = x.dtype.type(deepnorm_alpha(cfg.n_layer))
-        else:
-            alpha = x.dtype.type(1.0)
-        attn = [p.get(f"{pre}.attn.{k}") for k in ("w_qkv", "b_qkv", "w_proj", "b_proj")]
-        mlp = [p.get(f"{pre}.mlp.{k}") for k in ("w_fc", "b_fc", "w_proj", "b_proj")]
+        alpha = block_alpha(p, pre, cfg, x.dtype)
+        attn = [p.get(f"{pre}.attn.{k}") for k in ATTN_KEYS]
+        mlp = [p.get(f"{pre}.mlp.{k}") for k in MLP_KEYS]
 
-        def f_attn(h, attn=attn, layer=layer):
-            return attention_step(h, *attn, cfg.n_head, cache.k[layer], cache.v[layer], t0)
+        def f_attn(h, attn=attn, layer=layer):  # the cached attention, in place of training's
+            out = attention_step(h, *attn, cfg.n_head, cache.k[layer], cache.v[layer], t0)
+            return out, None
 
         def f_mlp(h, mlp=mlp):
-            return mlp_forward(h, *mlp)[0]
+            return mlp_forward(h, *mlp)
 
-        x = _scheme(x, f_attn, cfg.variant, g["ln1.g"], g["ln1.b"], cfg.ln_eps, alpha)  # (B,T,C)
-        x = _scheme(x, f_mlp, cfg.variant, g["ln2.g"], g["ln2.b"], cfg.ln_eps, alpha)  # (B,T,C)
+        for ln, f in (("ln1", f_attn), ("ln2", f_mlp)):  # the block's two sublayers
+            g, b = p.get(f"{pre}.{ln}.g"), p.get(f"{pre}.{ln}.b")
+            x, _ = scheme_forward(x, f, cfg.variant, g, b, cfg.ln_eps, alpha)  # (B,T,C)
     if cfg.variant in FINAL_LN:
         x, _ = layernorm_forward(x, p["ln_f.g"], p.get("ln_f.b"), cfg.ln_eps)  # (B,T,C)
     cache.length = t0 + T
