@@ -81,7 +81,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "gradcheck",
         help="float64 finite-difference check of the residual backward pass",
         description="The lesson's gradient check of out = x + tanh(x @ W) against central "
-        f"differences in float64. Exits 1 if the max relative error is above {LESSON_BAR:g}. "
+        f"differences in float64. Exits 1 if the max relative error is above {LESSON_BAR:.0e}. "
         "Exercise 2 is --blocks 2.",
     )
     p.add_argument(
@@ -135,7 +135,7 @@ def _gradcheck_lines(cfg: GradcheckConfig) -> tuple[list[str], bool]:
     ok = report.passed(LESSON_BAR)
     lines = [f"max relative error: {report.max_error:.2e}", "dtype: float64"]
     if not ok:
-        lines.append(f"FAIL: {report.summary()}, above the lesson's bar of {LESSON_BAR:g}")
+        lines.append(f"FAIL: {report.summary()}, above the lesson's bar of {LESSON_BAR:.0e}")
     return lines, ok
 
 
@@ -162,7 +162,7 @@ def cmd_lesson(args: argparse.Namespace) -> int:
     sections.append(
         (
             "Proving the backward pass: out = x + tanh(x @ W) against central differences",
-            f"dx = dout + df matches the numerical gradient far below the {LESSON_BAR:g} bar "
+            f"dx = dout + df matches the numerical gradient far below the {LESSON_BAR:.0e} bar "
             "(the exact figure is rounding noise of this machine's BLAS).",
             "\n".join(lines) + "\n",
         )
