@@ -41,6 +41,8 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from resgrad.layers import (
+    ATTN_KEYS,
+    MLP_KEYS,
     AttentionCache,
     LayerNormCache,
     MlpCache,
@@ -74,8 +76,6 @@ INITS = ("gpt2", "xavier")
 BLOCK_LN = ("pre-ln", "post-ln", "none", "deepnorm")  # schemes whose blocks hold ln1, ln2
 FINAL_LN = ("pre-ln", "none")  # schemes whose model ends in ln_f before the LM head
 SUBLAYERS = ("attn", "mlp")  # in order; sublayer i is normalized by ln{i+1}
-ATTN_KEYS = ("w_qkv", "b_qkv", "w_proj", "b_proj")  # attention_forward's argument order
-MLP_KEYS = ("w_fc", "b_fc", "w_proj", "b_proj")  # mlp_forward's argument order
 
 
 def deepnorm_alpha(n_layer: int) -> float:

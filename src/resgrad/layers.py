@@ -33,6 +33,8 @@ import numpy as np
 
 __all__ = [
     "ATTN_BLOCK",
+    "ATTN_KEYS",
+    "MLP_KEYS",
     "CausalSelfAttention",
     "LayerNorm",
     "Linear",
@@ -845,6 +847,12 @@ class LayerNorm:
         return dx, ({"g": dg} if db is None else {"g": dg, "b": db})
 
 
+# parameter names of the two sublayers, in their forward's argument order (and so in the
+# order their backward returns the gradients); blocks.py names the model's keys with them
+ATTN_KEYS = ("w_qkv", "b_qkv", "w_proj", "b_proj")
+MLP_KEYS = ("w_fc", "b_fc", "w_proj", "b_proj")
+
+
 def _named(keys: tuple[str, ...], grads: tuple) -> dict[str, np.ndarray]:
     return {k: g for k, g in zip(keys, grads) if g is not None}
 
@@ -852,7 +860,7 @@ def _named(keys: tuple[str, ...], grads: tuple) -> dict[str, np.ndarray]:
 class MLP:
     """:func:`mlp_forward` with named parameters ``w_fc``, ``b_fc``, ``w_proj``, ``b_proj``."""
 
-    KEYS = ("w_fc", "b_fc", "w_proj", "b_proj")
+    KEYS = MLP_KEYS
 
     def __init__(self, params: dict[str, np.ndarray]):
         self.params = params
@@ -869,7 +877,7 @@ class MLP:
 class CausalSelfAttention:
     """:func:`attention_forward` with parameters ``w_qkv``, ``b_qkv``, ``w_proj``, ``b_proj``."""
 
-    KEYS = ("w_qkv", "b_qkv", "w_proj", "b_proj")
+    KEYS = ATTN_KEYS
 
     def __init__(self, params: dict[str, np.ndarray], n_head: int):
         self.params = params

@@ -35,7 +35,9 @@ __all__ = [
     "FORMATS",
     "PlotSpec",
     "Series",
+    "figure_bytes",
     "make_figure",
+    "new_figure",
     "plot_format",
     "plotted_series",
     "render_plot",
@@ -138,6 +140,34 @@ class PlotSpec:
         object.__setattr__(self, "notes", tuple(self.notes))
 
 
+def new_figure(ncols: int = 1, width: float = 7.0) -> tuple[Figure, list]:
+    """A bare figure of ``ncols`` side-by-side axes on an Agg canvas (no pyplot, no
+    global backend): every resgrad plot starts here."""
+    # imported here, not at the top: matplotlib takes ~0.3 s to import and most
+    # commands never draw
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, 4.5), dpi=100)
+    FigureCanvasAgg(fig)  # attaches itself to fig
+    return fig, [fig.add_subplot(1, ncols, i + 1) for i in range(ncols)]
+
+
+def figure_bytes(fig: Figure, fmt: str) -> bytes:
+    """The image bytes of ``fig`` as ``fmt`` (``"png"`` or ``"svg"``), the same every time."""
+    if fmt not in FORMATS.values():
+        raise ValueError(f"format must be one of {tuple(FORMATS.values())}, got {fmt!r}")
+    from matplotlib import rc_context
+
+    buf = io.BytesIO()
+    # the same figure gives the same bytes: no creation date, and SVG element ids hashed
+    # from a fixed salt instead of random ones (rc_context restores the setting after)
+    metadata = {"Date": None} if fmt == "svg" else {}
+    with rc_context({"svg.hashsalt": "resgrad"}):
+        fig.savefig(buf, format=fmt, metadata=metadata)
+    return buf.getvalue()
+
+
 def make_figure(spec: PlotSpec) -> Figure:
     """Render ``spec`` on a new Agg figure (no pyplot, no global state).
 
@@ -145,15 +175,9 @@ def make_figure(spec: PlotSpec) -> Figure:
     non-positive values on a log axis are masked, not clipped, so a zero
     gradient leaves a gap instead of a fake point.
     """
-    # imported here, not at the top: matplotlib takes ~0.3 s to import and most
-    # commands never draw
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
     from matplotlib.ticker import MaxNLocator, NullFormatter
 
-    fig = Figure(figsize=(7.0, 4.5), dpi=100)
-    FigureCanvasAgg(fig)  # attaches itself to fig
-    ax = fig.add_subplot(1, 1, 1)
+    fig, (ax,) = new_figure()
     for s in spec.series:
         (line,) = ax.plot(s.x, s.y, marker="o", markersize=2.5, linewidth=1.4, label=s.label)
         if s.lo is not None:
@@ -192,16 +216,7 @@ def render_plot(spec: PlotSpec, fmt: str) -> bytes:
     """The image bytes of ``spec`` as ``fmt`` (``"png"`` or ``"svg"``)."""
     if fmt not in FORMATS.values():
         raise ValueError(f"format must be one of {tuple(FORMATS.values())}, got {fmt!r}")
-    from matplotlib import rc_context
-
-    fig = make_figure(spec)
-    buf = io.BytesIO()
-    # the same spec gives the same bytes: no creation date, and SVG element ids hashed
-    # from a fixed salt instead of random ones (rc_context restores the setting after)
-    metadata = {"Date": None} if fmt == "svg" else {}
-    with rc_context({"svg.hashsalt": "resgrad"}):
-        fig.savefig(buf, format=fmt, metadata=metadata)
-    return buf.getvalue()
+    return figure_bytes(make_figure(spec), fmt)
 
 
 def save_plot(spec: PlotSpec, path: str | os.PathLike) -> PlotSpec:

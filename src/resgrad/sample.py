@@ -30,10 +30,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from resgrad.blocks import ATTN_KEYS, FINAL_LN, MLP_KEYS, block_alpha, scheme_forward
+from resgrad.blocks import FINAL_LN, block_alpha, scheme_forward
 from resgrad.checkpoint import BEST, LAST, Checkpoint, check_params, load_checkpoint
 from resgrad.data import CharTokenizer
-from resgrad.layers import layernorm_forward, linear_forward, mlp_forward, softmax
+from resgrad.layers import (
+    ATTN_KEYS,
+    MLP_KEYS,
+    layernorm_forward,
+    linear_forward,
+    mlp_forward,
+    softmax,
+)
 from resgrad.model import GPT, GPTConfig
 
 __all__ = [

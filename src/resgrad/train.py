@@ -30,7 +30,6 @@ included), ``loss.png`` (refreshed at each evaluation).
 from __future__ import annotations
 
 import dataclasses
-import io
 import json
 import math
 import os
@@ -54,6 +53,7 @@ from resgrad.data import CharTokenizer, Corpus, get_batch, load_corpus, unigram_
 from resgrad.io import atomic_write_bytes, atomic_write_text
 from resgrad.model import GPT, GPTConfig
 from resgrad.optim import AdamW, AdamWConfig, LRSchedule, clip_grad_norm, grad_norms
+from resgrad.plots import figure_bytes, new_figure
 
 __all__ = [
     "METRICS",
@@ -245,23 +245,6 @@ def estimate_loss(model: GPT, corpus: Corpus, cfg: TrainConfig) -> dict[str, flo
 # --------------------------------------------------------------------------- plots
 
 
-def _figure(ncols: int = 1, width: float = 7.0):
-    # Agg canvas on a bare Figure: no pyplot, no global backend (as resgrad.plots)
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(width, 4.5), dpi=100)
-    FigureCanvasAgg(fig)
-    return fig, [fig.add_subplot(1, ncols, i + 1) for i in range(ncols)]
-
-
-def _png(fig) -> bytes:
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    return buf.getvalue()
-
-
 def _smooth(y: np.ndarray, n: int) -> np.ndarray:
     """Trailing mean over up to n steps, (N,) -> (N,)."""
     c = np.cumsum(np.insert(y, 0, 0.0))  # (N + 1,)
@@ -288,7 +271,7 @@ def _draw_losses(ax, records: list[dict], label: str = "", color=None) -> None:
 
 def render_loss_plot(records: list[dict], title: str, entropy: float | None = None) -> bytes:
     """PNG of the training loss per step (raw and smoothed) and the validation loss per eval."""
-    fig, (ax,) = _figure()
+    fig, (ax,) = new_figure()
     _draw_losses(ax, records)
     if entropy is not None:
         ax.axhline(entropy, color="gray", ls=":", lw=1, label=f"unigram entropy {entropy:.3f}")
@@ -297,7 +280,8 @@ def render_loss_plot(records: list[dict], title: str, entropy: float | None = No
     ax.set_title(title, fontsize=10)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
-    return _png(fig)
+    fig.tight_layout()
+    return figure_bytes(fig, "png")
 
 
 # --------------------------------------------------------------------------- the loop
@@ -668,7 +652,7 @@ def render_depth_plot(
     runs: dict[str, list[dict]], title: str, entropy: float | None = None
 ) -> bytes:
     """Left: every variant's losses. Right: per-layer gradient norms at the first and last step."""
-    fig, (ax1, ax2) = _figure(ncols=2, width=12.0)
+    fig, (ax1, ax2) = new_figure(ncols=2, width=12.0)
     colors = {}
     for v, records in runs.items():
         _draw_losses(ax1, records, label=v)
@@ -695,7 +679,8 @@ def render_depth_plot(
     ax2.grid(True, alpha=0.3)
     ax2.legend(fontsize=8)
     fig.suptitle(title, fontsize=11)
-    return _png(fig)
+    fig.tight_layout()
+    return figure_bytes(fig, "png")
 
 
 def depth_train(
