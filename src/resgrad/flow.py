@@ -54,7 +54,7 @@ import numpy as np
 
 from resgrad import blocks
 from resgrad.lesson import StackConfig, make_bank, run_stack
-from resgrad.model import GPT, GPTConfig
+from resgrad.model import GPT, GPTConfig, per_block_norms
 from resgrad.plots import PlotSpec, Series
 from resgrad.records import to_csv, to_json
 
@@ -233,22 +233,6 @@ class Profile:
         return out
 
 
-def _norms_by_layer(norms: Mapping[str, float], L: int) -> dict[str, np.ndarray]:
-    """Per-layer arrays from the norms of named gradients (keys as in ``GPT.params``).
-
-    Returns name -> (L,) for every ``blocks.{i}.<name>`` key, plus ``""`` -> (L,) the
-    norm of each block's parameters together: sqrt of the sum of their squares.
-    Other keys (embeddings, ln_f) are not per layer and are left out.
-    """
-    out: dict[str, np.ndarray] = {}
-    for key, n in norms.items():
-        parts = key.split(".", 2)
-        if len(parts) == 3 and parts[0] == "blocks":
-            out.setdefault(parts[2], np.zeros(L))[int(parts[1])] = n  # (L,)
-    total = np.sqrt(sum(np.square(v) for v in out.values()))  # (L,)
-    return {"": total, **out}
-
-
 def _norm(a: np.ndarray) -> float:
     return float(np.linalg.norm(a.astype(np.float64, copy=False).ravel()))
 
@@ -290,7 +274,7 @@ def _stack_profile(cfg: FlowConfig, seed: int, params, data_rng) -> Profile:
         seed=seed,
         stream_grad=np.array(grads_norm[::-1]),  # (L+1,)
         stream_act=np.array(acts),  # (L+1,)
-        param_grad=_norms_by_layer(block_grads, L),
+        param_grad=per_block_norms(block_grads, L),
     )
 
 
@@ -314,7 +298,7 @@ def _lm_profile(cfg: FlowConfig, seed: int, model_obj, tokens, data_rng) -> Prof
         seed=seed,
         stream_grad=np.array([_norm(d) for d in dxs]),  # (L+1,)
         stream_act=np.array([_norm(x) for x in cache.xs]),  # (L+1,)
-        param_grad=_norms_by_layer({k: _norm(g) for k, g in grads.items()}, cfg.depth),
+        param_grad=per_block_norms({k: _norm(g) for k, g in grads.items()}, cfg.depth),
     )
 
 

@@ -13,6 +13,7 @@ dtype at construction: float32 to train, float64 to check gradients.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -43,7 +44,7 @@ from resgrad.layers import (
     layernorm_forward,
 )
 
-__all__ = ["DTYPES", "GPT", "INITS", "VARIANTS", "GPTCache", "GPTConfig"]
+__all__ = ["DTYPES", "GPT", "INITS", "VARIANTS", "GPTCache", "GPTConfig", "per_block_norms"]
 
 DTYPES = (np.float32, np.float64)  # float32 trains, float64 checks
 
@@ -341,3 +342,19 @@ class GPT:
         dwte_emb, grads["wpe"] = embedding_backward(dx, cache.emb)  # (V,C), (block_size,C)
         grads["wte"] = dwte_emb + dwte_head  # tied: wte is the embedding and the LM head; add both
         return {k: grads[k] for k in self.shapes}, dxs
+
+
+def per_block_norms(norms: Mapping[str, float], L: int) -> dict[str, np.ndarray]:
+    """Per-layer arrays from the norms of named gradients (keys as in ``GPT.params``).
+
+    Returns name -> (L,) for every ``blocks.{i}.<name>`` key, plus ``""`` -> (L,) the
+    norm of each block's parameters together: sqrt of the sum of their squares.
+    Other keys (embeddings, ln_f) are not per layer and are left out.
+    """
+    out: dict[str, np.ndarray] = {}
+    for key, n in norms.items():
+        parts = key.split(".", 2)
+        if len(parts) == 3 and parts[0] == "blocks":
+            out.setdefault(parts[2], np.zeros(L))[int(parts[1])] = n  # (L,)
+    total = np.sqrt(sum(np.square(v) for v in out.values()))  # (L,)
+    return {"": total, **out}

@@ -51,7 +51,7 @@ from resgrad.checkpoint import (
 )
 from resgrad.data import CharTokenizer, Corpus, get_batch, load_corpus, unigram_entropy
 from resgrad.io import atomic_write_bytes, atomic_write_text
-from resgrad.model import GPT, GPTConfig
+from resgrad.model import GPT, GPTConfig, per_block_norms
 from resgrad.optim import AdamW, AdamWConfig, LRSchedule, clip_grad_norm, grad_norms
 from resgrad.plots import figure_bytes, new_figure
 
@@ -217,11 +217,7 @@ def read_metrics(out_dir: str | os.PathLike, upto: int | None = None) -> list[di
 
 def layer_grad_norms(grads: dict[str, float], n_layer: int) -> list[float]:
     """Per block i, the L2 norm of all of block i's parameter gradients, from per-name norms."""
-    sq = [0.0] * n_layer
-    for k, n in grads.items():
-        if k.startswith("blocks."):
-            sq[int(k.split(".")[1])] += n * n
-    return [math.sqrt(s) for s in sq]
+    return per_block_norms(grads, n_layer)[""].tolist()
 
 
 def estimate_loss(model: GPT, corpus: Corpus, cfg: TrainConfig) -> dict[str, float]:
