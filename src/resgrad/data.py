@@ -42,7 +42,7 @@ DEFAULT_SOURCE = "pydoc_data.topics (the Python reference manual shipped with CP
 
 
 def default_corpus() -> str:
-    """The built-in corpus: ``pydoc_data.topics.topics`` values by sorted key, blank-line joined."""
+    """The built-in corpus: ``pydoc_data.topics.topics`` values by sorted key, newline-joined."""
     from pydoc_data.topics import topics
 
     return "\n".join(topics[k] for k in sorted(topics))

@@ -95,7 +95,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     s.add_argument("--backend", choices=("loky", "dask"), default="loky", help="default: loky")
     s.add_argument(
-        "--scheduler", metavar="ADDRESS", help="Dask scheduler address, e.g. tcp://10.0.0.5:8786"
+        "--scheduler", metavar="ADDRESS", help="Dask scheduler address, e.g. tcp://HOST:8786"
     )
     s.add_argument(
         "--connect-timeout",
