@@ -63,9 +63,7 @@ class GPTConfig:
     n_layer: int = 4  # L, transformer blocks
     n_head: int = 4  # H, attention heads; must divide n_embd
     n_embd: int = 128  # C, width of the residual stream
-    dropout: float = (
-        0.0  # dropout probability in training (embeddings, attention, sublayer outputs)
-    )
+    dropout: float = 0.0  # in training: on embeddings, attention, sublayer outputs
     variant: str = "pre-ln"  # residual scheme, one of VARIANTS
     init: str = "gpt2"  # initialization scheme, one of INITS
     bias: bool = True  # biases in the linear layers and the LayerNorms
