@@ -25,7 +25,7 @@ import statistics
 import time
 import tracemalloc
 
-from resgrad.flow import LOSSES, FlowConfig, profile
+from resgrad.lab.flow import LOSSES, FlowConfig, profile
 
 
 def seconds(cfg: FlowConfig, repeat: int) -> tuple[float, float]:

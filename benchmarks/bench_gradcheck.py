@@ -5,11 +5,11 @@
 
 The issue's target: a 2-layer float64 GPT gradient check in directional mode in
 under 2 s. Timed, as one check: the forward and backward that give the analytic
-gradients, then :func:`resgrad.selfcheck.compare` in ``directional`` mode (what
-``resgrad check`` and tests/test_model.py run): for every parameter array,
+gradients, then :func:`resgrad.verify.selfcheck.compare` in ``directional`` mode (what
+``resgrad check`` and tests/nn/test_model.py run): for every parameter array,
 ``--directions`` seeded random unit directions, each a central difference of two
 forward passes, compared with ``<grad, u>``. Parameters are set by
-:func:`resgrad.selfcheck.randomize_params` so that every gradient is large enough
+:func:`resgrad.verify.selfcheck.randomize_params` so that every gradient is large enough
 to mean something.
 
 Two shapes: the self-check's own tiny GPT (C=6, T=4), and a 2-layer GPT as wide as
@@ -26,9 +26,9 @@ import time
 
 import numpy as np
 
-from resgrad.heap import keep_freed_memory
-from resgrad.model import GPT, GPTConfig
-from resgrad.selfcheck import compare, randomize_params
+from resgrad.nn.model import GPT, GPTConfig
+from resgrad.perf.heap import keep_freed_memory
+from resgrad.verify.selfcheck import compare, randomize_params
 
 SHAPES = {
     # name: (GPTConfig fields, batch B, sequence length T)
@@ -64,7 +64,7 @@ def main() -> None:
     p.add_argument("--directions", type=int, default=2, help="per parameter array (default 2)")
     p.add_argument("--repeat", type=int, default=3, help="timed runs per shape (default 3)")
     args = p.parse_args()
-    keep_freed_memory()  # as `resgrad check` runs (resgrad.heap)
+    keep_freed_memory()  # as `resgrad check` runs (resgrad.perf.heap)
     for name, (fields, B, T) in SHAPES.items():
         times, row = [], None
         for _ in range(args.repeat):

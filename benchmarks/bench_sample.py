@@ -11,7 +11,7 @@ same ``context`` tokens, with the same float32 model:
 
 - full recomputation: ``GPT.forward`` on all ``context`` tokens, keeping the last
   position's logits (what sampling without a cache does for every token);
-- KV cache: ``resgrad.sample.forward_step`` on the one new token, over a cache that
+- KV cache: ``resgrad.train.sample.forward_step`` on the one new token, over a cache that
   already holds the ``context - 1`` tokens before it (filled once, untimed; each
   timed call rewinds ``cache.length`` by one, so every call is the same step).
 
@@ -27,10 +27,10 @@ import time
 
 import numpy as np
 
-from resgrad.bench import BENCH_CONFIGS, blas_info
-from resgrad.heap import keep_freed_memory
-from resgrad.model import GPT
-from resgrad.sample import KVCache, forward_step
+from resgrad.nn.model import GPT
+from resgrad.perf.bench import BENCH_CONFIGS, blas_info
+from resgrad.perf.heap import keep_freed_memory
+from resgrad.train.sample import KVCache, forward_step
 
 
 def median_ms(fn, repeat: int, warmup: int = 3) -> float:
@@ -52,7 +52,7 @@ def main() -> None:
     p.add_argument("--batch", type=int, default=1, help="sequences sampled at once (default 1)")
     p.add_argument("--repeat", type=int, default=30, help="timed calls per way (default 30)")
     args = p.parse_args()
-    keep_freed_memory()  # as `resgrad sample` runs (resgrad.heap)
+    keep_freed_memory()  # as `resgrad sample` runs (resgrad.perf.heap)
     cfg = BENCH_CONFIGS[args.config].gpt_config()
     if not 2 <= args.context <= cfg.block_size:
         p.error(f"--context must be in [2, {cfg.block_size}] (the block size), got {args.context}")

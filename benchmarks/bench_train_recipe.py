@@ -3,7 +3,7 @@
 The recipe (nanoGPT README, "I only have a macbook"): 4 layers, 4 heads, 128
 wide, block 64, batch 12, on character-level text; here the built-in corpus.
 One iteration is what ``resgrad train`` times: draw a batch, forward, backward,
-NaN check, clip, AdamW step (:func:`resgrad.train.train_step`), in float32.
+NaN check, clip, AdamW step (:func:`resgrad.train.loop.train_step`), in float32.
 Evaluations, checkpoints and plots are not counted.
 
     python benchmarks/bench_train_recipe.py [--iters 50] [--warmup 5]
@@ -23,11 +23,11 @@ import time
 
 import numpy as np
 
-from resgrad.data import get_batch, load_corpus
-from resgrad.heap import keep_freed_memory
-from resgrad.model import GPT
-from resgrad.optim import AdamW
-from resgrad.train import TrainConfig, train_step
+from resgrad.nn.model import GPT
+from resgrad.perf.heap import keep_freed_memory
+from resgrad.train.data import get_batch, load_corpus
+from resgrad.train.loop import TrainConfig, train_step
+from resgrad.train.optim import AdamW
 
 
 def main() -> None:

@@ -28,7 +28,7 @@ import os
 import subprocess
 import sys
 
-from resgrad.bench import (
+from resgrad.perf.bench import (
     BENCH_CONFIGS,
     BenchConfig,
     blas_info,
@@ -45,7 +45,7 @@ from resgrad.bench import (
     settle,
     time_steps,
 )
-from resgrad.heap import keep_freed_memory
+from resgrad.perf.heap import keep_freed_memory
 
 BLOCK = 5  # timed steps of one framework before switching to the other
 
@@ -188,7 +188,7 @@ def main() -> None:
         torch.set_num_threads(n_threads)
     env = {k: os.environ.get(k, "(unset)") for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
     # what `resgrad train` does: freed arrays are reused, not faulted in afresh each step
-    # (resgrad.heap); process-wide, so PyTorch runs under it too (its timing is unchanged)
+    # (resgrad.perf.heap); process-wide, so PyTorch runs under it too (its timing is unchanged)
     heap_kept = keep_freed_memory()
     peak = matmul_peak_gflops()
     print(machine_header(peak, heap_kept))

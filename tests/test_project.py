@@ -52,35 +52,93 @@ def test_ruff_is_clean():
     assert p.returncode == 0, p.stdout
 
 
-# the architecture, bottom up: a module may import only from tiers below its own
-TIERS = [
-    ["residual", "io", "heap", "records"],  # the residual core; files, memory, tables
-    ["gradcheck", "plots"],  # the float64 checker; figures
-    ["lesson", "layers"],  # the lesson's stack; the layer pairs
-    ["blocks"],  # a transformer block in every residual scheme
-    ["model"],  # the GPT
-    ["selfcheck", "data", "optim", "checkpoint"],  # proof of every layer; training's parts
-    ["sample", "train", "flow", "bench"],  # sampling, training, the gradient-flow lab
-    ["sweep"],  # grids of flow measurements, local or on a cluster
+# The architecture, bottom up. A floor is a package (or the single module plots.py);
+# a module may import any module on a lower floor and, on its own floor, only the
+# modules listed before it. The CLI sits on top: its modules import anything below and
+# each other, and nothing below imports them.
+FLOORS = [
+    ("nn", ["residual", "layers", "blocks", "model"]),  # the model
+    ("verify", ["gradcheck", "selfcheck"]),  # the proofs
+    ("formats", ["atomic", "records", "checkpoint"]),  # files
+    ("plots", [""]),  # figures
+    ("train", ["data", "optim", "sample", "loop"]),  # training and sampling
+    ("lab", ["lesson", "flow", "sweep"]),  # the gradient-flow lab
+    ("perf", ["heap", "bench"]),  # the heap setting, the step timer
+    ("cli", ["*"]),  # the command line: flags in, library calls out
 ]
+RANK = {
+    (floor, mod): (i, j) for i, (floor, mods) in enumerate(FLOORS) for j, mod in enumerate(mods)
+}
 
 
-def _resgrad_imports(path):
+def _place(dotted):
+    """('nn', 'layers') for 'resgrad.nn.layers', ('plots', '') for 'resgrad.plots'."""
+    floor, mod = (dotted.split(".") + ["", ""])[1:3]
+    return (floor, "*") if floor == "cli" else (floor, mod)
+
+
+def _resgrad_imports(path, src):
+    """Every resgrad module that the file ``path`` imports, as dotted names."""
     deps = set()
     for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("resgrad."):
-            deps.add(node.module.split(".")[1])
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("resgrad"):
+            # `from resgrad.nn import layers` imports the module resgrad.nn.layers
+            pkg = src / pathlib.Path(*node.module.split("."))
+            for a in node.names:
+                is_module = (pkg / f"{a.name}.py").exists() or (pkg / a.name).is_dir()
+                deps.add(f"{node.module}.{a.name}" if is_module else node.module)
         elif isinstance(node, ast.Import):
-            deps |= {a.name.split(".")[1] for a in node.names if a.name.startswith("resgrad.")}
+            deps |= {a.name for a in node.names if a.name.startswith("resgrad.")}
     return deps
 
 
-def test_lower_layers_never_import_upper_ones():
-    tier = {m: i for i, names in enumerate(TIERS) for m in names}
-    pkg = ROOT / "src" / "resgrad"
-    modules = {p.stem for p in pkg.glob("*.py")} - {"__init__", "__main__"}
-    assert modules == set(tier), "every module needs a place in TIERS"
-    for m in modules:
-        for dep in _resgrad_imports(pkg / f"{m}.py"):
-            assert dep != "cli", f"{m} imports the CLI"
-            assert tier[dep] < tier[m], f"{m} (tier {tier[m]}) imports {dep} (tier {tier[dep]})"
+def _library_modules(src):
+    """(path, dotted name) of every module below src/resgrad but its two entry files."""
+    for path in sorted((src / "resgrad").rglob("*.py")):
+        parts = path.relative_to(src).with_suffix("").parts
+        if parts in (("resgrad", "__init__"), ("resgrad", "__main__")):
+            continue  # the top-level re-exports and `python -m resgrad`
+        yield path, ".".join(p for p in parts if p != "__init__")
+
+
+def upward_imports(src):
+    """(importer, imported, why) for every import in ``src`` that breaks the floors."""
+    bad = []
+    for path, name in _library_modules(src):
+        here = _place(name)
+        for dep in _resgrad_imports(path, src):
+            there = _place(dep)
+            if here not in RANK or there not in RANK:
+                bad.append((name, dep, "not placed in FLOORS"))
+            elif there[0] == "cli" and here[0] != "cli":
+                bad.append((name, dep, "imports the CLI"))
+            elif RANK[there] >= RANK[here] and here[0] != "cli":
+                bad.append((name, dep, f"{here} imports {there}, above it"))
+    return bad
+
+
+def test_lower_floors_never_import_upper_ones():
+    assert upward_imports(ROOT / "src") == []
+
+
+def test_every_module_has_a_floor():
+    for _, name in _library_modules(ROOT / "src"):
+        floor, mod = _place(name)
+        assert (floor, mod) in RANK or mod == "", f"{name} needs a place in FLOORS"
+
+
+def test_an_upward_import_is_caught(tmp_path):
+    """Not vacuous: nn importing the trainer, or verify importing the CLI, is reported."""
+    shutil.copytree(ROOT / "src" / "resgrad", tmp_path / "resgrad")
+    layers = tmp_path / "resgrad" / "nn" / "layers.py"
+    layers.write_text(layers.read_text() + "\nfrom resgrad.train.loop import train_step\n")
+    gradcheck = tmp_path / "resgrad" / "verify" / "gradcheck.py"
+    gradcheck.write_text(gradcheck.read_text() + "\nfrom resgrad import cli\n")
+    blocks = tmp_path / "resgrad" / "nn" / "blocks.py"
+    blocks.write_text(blocks.read_text() + "\nfrom resgrad.nn import model\n")
+    bad = {(a, b) for a, b, _ in upward_imports(tmp_path)}
+    assert bad == {
+        ("resgrad.nn.layers", "resgrad.train.loop"),
+        ("resgrad.verify.gradcheck", "resgrad.cli"),
+        ("resgrad.nn.blocks", "resgrad.nn.model"),
+    }

@@ -12,7 +12,7 @@ The figure is a ``matplotlib.figure.Figure`` drawn on a ``FigureCanvasAgg``:
 pyplot is never imported, so no global backend or figure registry is touched
 (``MPLBACKEND`` and ``matplotlib.use`` are left alone) and no display is needed.
 
-This module imports nothing from resgrad but :mod:`resgrad.io`.
+This module imports nothing from resgrad but :mod:`resgrad.formats.atomic`.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from resgrad.io import atomic_write_bytes
+from resgrad.formats.atomic import atomic_write_bytes
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

@@ -15,7 +15,7 @@ import argparse
 import sys
 
 from resgrad.cli import _common, bench_cmds, check_cmds, flow_cmds, lesson_cmds, train_cmds
-from resgrad.heap import keep_freed_memory
+from resgrad.perf.heap import keep_freed_memory
 
 # one module per group of subcommands, in the order `resgrad --help` lists them
 COMMAND_MODULES = [lesson_cmds, check_cmds, flow_cmds, train_cmds, bench_cmds]

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from resgrad.records import to_csv, to_json
+from resgrad.formats.records import to_csv, to_json
 
 
 class Parser(argparse.ArgumentParser):

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import argparse
 
-from resgrad.bench import (
+from resgrad.cli import _common
+from resgrad.perf.bench import (
     BENCH_CONFIGS,
     format_row,
     machine_header,
     matmul_peak_gflops,
     resgrad_figures,
 )
-from resgrad.cli import _common
-from resgrad.heap import keep_freed_memory
+from resgrad.perf.heap import keep_freed_memory
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from resgrad.blocks import VARIANTS
 from resgrad.cli import _common
-from resgrad.selfcheck import EPS, HEADER, RTOL, block_checks, layer_checks, model_checks
+from resgrad.nn.blocks import VARIANTS
+from resgrad.verify.selfcheck import EPS, HEADER, RTOL, block_checks, layer_checks, model_checks
 
 PARTS = ("layers", "blocks", "model")
 
@@ -22,7 +22,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         f"{RTOL:g}. Entries whose gradient is below a central difference's rounding floor are "
         "judged by absolute error and counted in the 'floor' column. The comparison with PyTorch "
         "autograd is not run here (the library never imports torch); it is in the tests: "
-        "python -m pytest tests/test_torch_parity.py.",
+        "python -m pytest tests/verify/test_torch_parity.py.",
     )
     p.add_argument(
         "--only",

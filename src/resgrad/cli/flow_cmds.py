@@ -9,9 +9,10 @@ from __future__ import annotations
 import argparse
 import os
 
-from resgrad import blocks, flow
 from resgrad.cli import _common
-from resgrad.lesson import StackConfig
+from resgrad.lab import flow
+from resgrad.lab.lesson import StackConfig
+from resgrad.nn import blocks
 from resgrad.plots import plot_format, save_plot
 
 FORMATS = ("table", "json", "csv")
@@ -160,7 +161,7 @@ def cmd_flow(args: argparse.Namespace) -> int:
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     # imported here: joblib and tqdm only load for the command that needs them
-    from resgrad.sweep import SweepConfig, run_sweep
+    from resgrad.lab.sweep import SweepConfig, run_sweep
 
     cfg = SweepConfig(
         variants=args.variants, depths=args.depths, widths=args.widths, seeds=args.seeds,

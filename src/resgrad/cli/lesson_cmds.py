@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from resgrad.cli import _common, flow_cmds
-from resgrad.lesson import (
+from resgrad.lab.lesson import (
     LESSON_BAR,
     GradcheckConfig,
     StackConfig,

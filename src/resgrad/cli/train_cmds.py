@@ -6,10 +6,9 @@ import argparse
 import dataclasses
 import sys
 
-from resgrad.blocks import INITS, VARIANTS
 from resgrad.cli import _common
-from resgrad.sample import sample_text
-from resgrad.train import (
+from resgrad.nn.blocks import INITS, VARIANTS
+from resgrad.train.loop import (
     DepthTrainConfig,
     TrainConfig,
     TrainingDiverged,
@@ -17,6 +16,7 @@ from resgrad.train import (
     resume_config,
     train,
 )
+from resgrad.train.sample import sample_text
 
 # flag -> (TrainConfig field, type, help); nanoGPT's names with dashes
 TRAIN_FLAGS = [

@@ -1,0 +1,6 @@
+"""The model: the residual connection, every layer's forward/backward pair, the
+transformer block in every residual scheme, and the GPT.
+
+Floor 1 of resgrad: imports NumPy and nothing else of resgrad. Inside, each module
+imports only the ones before it: ``residual`` -> ``layers`` -> ``blocks`` -> ``model``.
+"""

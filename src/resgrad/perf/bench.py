@@ -1,0 +1,274 @@
+"""Timing resgrad's training step: configs, FLOPs, the matmul peak, peak memory.
+
+This is resgrad's half of the performance benchmark. The side-by-side
+comparison with PyTorch eager lives in ``benchmarks/bench_train_step.py``,
+which imports this module: the library itself never imports PyTorch, so
+``resgrad bench`` prints resgrad's own figures alone.
+
+One training step is what the trainer does: forward with targets, backward,
+AdamW update in place, all in float32.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from resgrad.nn.model import GPT, GPTConfig
+from resgrad.perf.heap import keep_freed_memory
+from resgrad.train.optim import AdamW, AdamWConfig
+
+__all__ = [
+    "BENCH_CONFIGS",
+    "BenchConfig",
+    "blas_info",
+    "format_row",
+    "machine_header",
+    "make_batch",
+    "matmul_peak_gflops",
+    "own_peak_rss_mib",
+    "peak_memory_mib",
+    "resgrad_probe_argv",
+    "resgrad_step_fn",
+    "settle",
+    "time_steps",
+]
+
+# Seconds to wait before timing a step of the other framework. OpenBLAS's worker
+# threads keep spinning ~0.1 s after the last BLAS call (0.10 CPU-seconds burnt
+# while idle after a resgrad step; PyTorch's OpenMP threads: 0.01 s), so without a
+# pause the framework timed second shares the cores with them: alternating with no
+# pause, PyTorch's cpu-recipe step took 67 ms against 31 ms alone.
+SETTLE_S = 0.25
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """A model and batch shape to time."""
+
+    name: str
+    n_layer: int
+    n_head: int
+    n_embd: int
+    block_size: int
+    batch_size: int
+    vocab_size: int = 65  # a character vocabulary
+
+    def gpt_config(self) -> GPTConfig:
+        return GPTConfig(
+            vocab_size=self.vocab_size,
+            block_size=self.block_size,
+            n_layer=self.n_layer,
+            n_head=self.n_head,
+            n_embd=self.n_embd,
+        )
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.batch_size * self.block_size
+
+
+BENCH_CONFIGS = {
+    c.name: c
+    for c in (
+        BenchConfig("cpu-recipe", 4, 4, 128, 64, 12),  # nanoGPT's CPU recipe for chars
+        BenchConfig("small", 4, 4, 128, 64, 32),
+        BenchConfig("medium", 6, 6, 384, 256, 8),
+    )
+}
+
+
+def make_batch(cfg: BenchConfig, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """A seeded random (idx, targets) pair, each (B, T) int64."""
+    rng = np.random.default_rng(seed)
+    B, T, V = cfg.batch_size, cfg.block_size, cfg.vocab_size
+    ids = rng.integers(0, V, size=(B, T + 1))  # (B, T+1)
+    return ids[:, :-1], ids[:, 1:]
+
+
+def resgrad_step_fn(cfg: BenchConfig, seed: int = 0) -> tuple[GPT, Callable[[], float]]:
+    """resgrad's GPT in float32 and a function doing one training step, returning the loss."""
+    model = GPT(cfg.gpt_config(), seed=seed, dtype=np.float32)
+    opt = AdamW(model.params, AdamWConfig(lr=1e-4))
+    idx, targets = make_batch(cfg, seed)
+
+    def step() -> float:
+        _, loss, cache = model.forward(idx, targets)
+        grads = model.backward(cache)
+        opt.step(grads)
+        return float(loss)
+
+    return model, step
+
+
+def train_steps(name: str, steps: int = 3) -> None:
+    """Build the ``name`` config's model, train ``steps`` steps and print the peak memory.
+
+    The memory probe's body: the last line printed is ``peak_mib <float>``.
+    """
+    keep_freed_memory()  # as in the timed process
+    _, step = resgrad_step_fn(BENCH_CONFIGS[name])
+    for _ in range(steps):
+        step()
+    print(f"peak_mib {own_peak_rss_mib()}")
+
+
+def settle(seconds: float = SETTLE_S) -> None:
+    """Sleep until the BLAS and OpenMP threads of the last timed step have stopped spinning."""
+    time.sleep(seconds)
+
+
+def resgrad_probe_argv(name: str) -> list[str]:
+    """A command that runs :func:`train_steps` in a fresh interpreter."""
+    return [
+        sys.executable,
+        "-c",
+        f"from resgrad.perf.bench import train_steps; train_steps({name!r})",
+    ]
+
+
+def time_steps(step: Callable[[], object], n: int, warmup: int = 2) -> list[float]:
+    """Wall seconds of each of ``n`` calls of ``step`` after ``warmup`` untimed ones."""
+    for _ in range(warmup):
+        step()
+    times = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def matmul_peak_gflops(n: int = 1024, reps: int = 10) -> float:
+    """The float32 matmul rate of this machine's BLAS, (n, n) @ (n, n), best of ``reps``."""
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((n, n), dtype=np.float32)  # (n, n)
+    b = rng.standard_normal((n, n), dtype=np.float32)  # (n, n)
+    out = np.empty((n, n), dtype=np.float32)  # (n, n)
+    np.matmul(a, b, out=out)
+    best = min(time_steps(lambda: np.matmul(a, b, out=out), reps, warmup=1))
+    return 2 * n**3 / best / 1e9
+
+
+def blas_info() -> list[dict]:
+    """What threadpoolctl reports for the loaded BLAS: library, kernel, threads."""
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:  # threadpoolctl is optional
+        return [{"note": "threadpoolctl not installed"}]
+    keys = ("internal_api", "architecture", "num_threads", "version")
+    return [{k: i.get(k) for k in keys} for i in threadpool_info() if i["user_api"] == "blas"]
+
+
+def own_peak_rss_mib() -> float:
+    """Peak resident memory (MiB) of this process: the kernel's ``VmHWM``.
+
+    Not ``ru_maxrss``: on Linux a child's ``ru_maxrss`` starts from its parent's
+    resident size at the fork (exec keeps that high-water mark), so a probe
+    forked from a parent holding PyTorch reported the parent's memory (a child
+    of a parent holding 527 MiB: ru_maxrss 527 MiB, VmHWM 13 MiB).
+    ``VmHWM`` belongs to the process's own address space.
+    """
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024  # kB -> MiB
+    except OSError:  # no /proc (macOS): the rusage figure, bytes there
+        pass
+    import resource
+
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return rss / 2**20 if sys.platform == "darwin" else rss / 1024
+
+
+def peak_memory_mib(argv: list[str]) -> float:
+    """Peak resident memory (MiB) of a fresh child process running ``argv``.
+
+    Each framework is measured in a process of its own, which trains a few steps
+    and prints ``peak_mib <float>`` (:func:`own_peak_rss_mib`) as its last line,
+    so its figure is its own whatever else the parent holds; the interpreter and
+    the libraries it imports are included.
+    """
+    proc = subprocess.run(argv, capture_output=True, text=True)
+    if proc.returncode != 0:
+        err = proc.stderr.strip()
+        raise RuntimeError(f"memory probe {argv} failed ({proc.returncode}): {err}")
+    last = proc.stdout.strip().splitlines()[-1:] or [""]
+    key, _, value = last[0].partition(" ")
+    if key != "peak_mib":
+        raise RuntimeError(f"memory probe {argv} printed no peak_mib line: {proc.stdout!r}")
+    return float(value)
+
+
+def resgrad_figures(cfg: BenchConfig, steps: int, peak: float) -> dict:
+    """resgrad's figures alone on one config: timing, rates, peak memory."""
+    model, step = resgrad_step_fn(cfg)
+    flops = model.flops_per_step(cfg.batch_size, cfg.block_size)
+    row = figures(time_steps(step, steps), cfg, flops, peak).as_dict()
+    row["peak_mib"] = peak_memory_mib(resgrad_probe_argv(cfg.name))
+    return {
+        "config": cfg.name,
+        "params": model.num_params(),
+        "flops_per_step": flops,
+        "resgrad": row,
+    }
+
+
+@dataclass(frozen=True)
+class StepFigures:
+    """What one framework measured on one config."""
+
+    ms_per_step: float  # median
+    tokens_per_s: float
+    gflops: float  # counted matmul FLOPs / median step time
+    peak_fraction: float  # gflops / the matmul peak measured in the same run
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def figures(times: list[float], cfg: BenchConfig, flops_per_step: int, peak: float) -> StepFigures:
+    """Median step time and the rates that follow from it."""
+    med = statistics.median(times)
+    gflops = flops_per_step / med / 1e9
+    return StepFigures(1e3 * med, cfg.tokens_per_step / med, gflops, gflops / peak)
+
+
+def machine_header(peak: float, heap_kept: bool | None = None) -> str:
+    """Lines saying what was measured on: BLAS kernel, OPENBLAS_* settings, threads, peak,
+    and whether freed memory is kept for reuse (:func:`resgrad.perf.heap.keep_freed_memory`)."""
+    env = {k: os.environ.get(k, "(unset)") for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
+    heap = {None: "", True: "; malloc keeps freed memory", False: "; default malloc"}[heap_kept]
+    return (
+        f"BLAS (threadpoolctl): {json.dumps(blas_info())}\n"
+        f"environment: {env}; cpus: {os.cpu_count()}{heap}\n"
+        f"float32 matmul peak, 1024^3, this run: {peak:.1f} GFLOP/s"
+    )
+
+
+def format_row(row: dict) -> str:
+    """One config's figures as a small table, one line per framework."""
+    gflop = row["flops_per_step"] / 1e9
+    lines = [
+        f"\n{row['config']}: {row['params']:,} params, {gflop:.2f} GFLOP/step",
+        f"  {'':8} {'ms/step':>9} {'tok/s':>9} {'GFLOP/s':>8} {'of peak':>8} {'peak MiB':>9}",
+    ]
+    for fw in ("resgrad", "torch"):
+        if fw in row:
+            f = row[fw]
+            lines.append(
+                f"  {fw:8} {f['ms_per_step']:9.2f} {f['tokens_per_s']:9.0f} {f['gflops']:8.1f} "
+                f"{f['peak_fraction']:8.1%} {f['peak_mib']:9.0f}"
+            )
+    if "speedup" in row:
+        lines.append(f"  throughput resgrad / PyTorch: {row['speedup']:.2f}x")
+    return "\n".join(lines)

@@ -1,0 +1,214 @@
+"""AdamW, gradient clipping by global norm, and the warmup + cosine learning rate.
+
+Parameters and gradients are flat dicts with the same keys (``"blocks.3.attn.w_qkv"``).
+The optimizer updates the parameter arrays in place, so a model holding the same
+dict sees the new values without copying.
+
+AdamW follows ``torch.optim.AdamW`` (Loshchilov & Hutter, "Decoupled Weight
+Decay Regularization", 2019) step for step, including the order of operations,
+so the two agree to rounding in float64 (tests/train/test_optim.py). As in nanoGPT,
+weight decay applies to every parameter with 2 or more dimensions (the linear
+weights and the embeddings) and never to biases, LayerNorm gains or rezero's
+alpha.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["AdamW", "AdamWConfig", "LRSchedule", "clip_grad_norm", "grad_norms"]
+
+
+@dataclass(frozen=True)
+class AdamWConfig:
+    lr: float = 1e-3  # base learning rate; step() may be given the scheduled one
+    beta1: float = 0.9  # decay of the first-moment average
+    beta2: float = 0.99  # decay of the second-moment average (nanoGPT's char recipe)
+    eps: float = 1e-8  # added to sqrt(v_hat), as torch
+    weight_decay: float = 0.1  # decoupled: p -= lr * wd * p, on 2-D+ parameters only
+
+    def __post_init__(self):
+        if not (math.isfinite(self.lr) and self.lr >= 0):
+            raise ValueError(f"lr must be a finite number >= 0, got {self.lr!r}")
+        for name in ("beta1", "beta2"):
+            v = getattr(self, name)
+            if not 0.0 <= v < 1.0:
+                raise ValueError(f"{name} must be in [0, 1), got {v!r}")
+        if not (math.isfinite(self.eps) and self.eps > 0):
+            raise ValueError(f"eps must be a finite number > 0, got {self.eps!r}")
+        if not (math.isfinite(self.weight_decay) and self.weight_decay >= 0):
+            raise ValueError(
+                f"weight_decay must be a finite number >= 0, got {self.weight_decay!r}"
+            )
+
+
+class AdamW:
+    """AdamW over a flat dict of parameters, updated in place.
+
+    Parameters
+    ----------
+    params : dict of str to ndarray
+        The model's parameters; the arrays themselves are updated.
+    cfg : AdamWConfig
+
+    Notes
+    -----
+    One step, for each parameter p with gradient g (``t`` counts steps from 1)::
+
+        p = p * (1 - lr * wd)              # decoupled weight decay (2-D+ only)
+        m = beta1 * m + (1 - beta1) * g
+        v = beta2 * v + (1 - beta2) * g^2
+        p = p - lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
+    """
+
+    def __init__(self, params: Mapping[str, np.ndarray], cfg: AdamWConfig | None = None):
+        self.cfg = cfg if cfg is not None else AdamWConfig()
+        self.params = params
+        self.step_count = 0
+        self.m = {k: np.zeros_like(p) for k, p in params.items()}
+        self.v = {k: np.zeros_like(p) for k, p in params.items()}
+        self.decay = {k: p.ndim >= 2 for k, p in params.items()}
+        # one scratch array per dtype, as long as the largest parameter: step() builds its
+        # temporaries in views of it instead of allocating ~6 fresh arrays per parameter
+        # (medium, 10.8M parameters: 21.1 -> 18.4 ms per step)
+        sizes: dict[np.dtype, int] = {}
+        for p in params.values():
+            sizes[p.dtype] = max(sizes.get(p.dtype, 0), p.size)
+        self._scratch = {dt: np.empty(n, dtype=dt) for dt, n in sizes.items()}
+
+    def step(self, grads: Mapping[str, np.ndarray], lr: float | None = None) -> None:
+        """Update every parameter in place from ``grads`` (same keys), at ``lr``
+        (the config's when None)."""
+        if grads.keys() != self.params.keys():
+            missing = sorted(self.params.keys() - grads.keys())
+            extra = sorted(grads.keys() - self.params.keys())
+            raise ValueError(
+                f"gradient keys differ from parameters: missing {missing}, extra {extra}"
+            )
+        c = self.cfg
+        lr = c.lr if lr is None else float(lr)
+        self.step_count += 1
+        t = self.step_count
+        step_size = lr / (1 - c.beta1**t)  # lr / bias correction of m
+        bc2_sqrt = math.sqrt(1 - c.beta2**t)  # sqrt of the bias correction of v
+        for k, p in self.params.items():
+            g, m, v = grads[k], self.m[k], self.v[k]
+            tmp = self._scratch[p.dtype][: p.size].reshape(p.shape)  # scratch, p's shape
+            if self.decay[k]:
+                p *= 1 - lr * c.weight_decay  # decoupled decay, before the Adam step
+            # the same operations, in the same order, as m += (1 - beta1) * (g - m) etc.
+            np.subtract(g, m, out=tmp)
+            tmp *= 1 - c.beta1
+            m += tmp  # m = beta1 m + (1 - beta1) g, torch's lerp
+            v *= c.beta2
+            np.multiply(g, 1 - c.beta2, out=tmp)
+            tmp *= g
+            v += tmp  # v = beta2 v + (1 - beta2) g^2
+            denom = np.sqrt(v, out=tmp)
+            denom /= bc2_sqrt
+            denom += c.eps  # sqrt(v_hat) + eps
+            update = np.divide(m, denom, out=tmp)  # m / (sqrt(v_hat) + eps)
+            update *= step_size
+            p -= update
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """The state as a flat dict of arrays: ``"step"``, ``"m.<name>"``, ``"v.<name>"``."""
+        state = {"step": np.array(self.step_count, dtype=np.int64)}
+        state.update({f"m.{k}": a for k, a in self.m.items()})
+        state.update({f"v.{k}": a for k, a in self.v.items()})
+        return state
+
+    def load_state_dict(self, state: Mapping[str, np.ndarray]) -> None:
+        """Restore :meth:`state_dict`'s output; names, shapes and dtypes must match."""
+        expected = {"step"} | {f"{s}.{k}" for s in "mv" for k in self.params}
+        if set(state) != expected:
+            missing = sorted(expected - set(state))[:5]
+            extra = sorted(set(state) - expected)[:5]
+            raise ValueError(
+                f"optimizer state does not match the parameters: missing {missing}, extra {extra}"
+            )
+        for k, p in self.params.items():
+            for s, buf in (("m", self.m), ("v", self.v)):
+                a = state[f"{s}.{k}"]
+                if a.shape != p.shape or a.dtype != p.dtype:
+                    raise ValueError(
+                        f"optimizer state {s}.{k} has shape {a.shape} {a.dtype}, "
+                        f"expected {p.shape} {p.dtype}"
+                    )
+                buf[k] = np.array(a, copy=True)
+        self.step_count = int(state["step"])
+
+
+def grad_norms(grads: Mapping[str, np.ndarray]) -> dict[str, float]:
+    """The L2 norm of each gradient, accumulated in float64 (no float32 overflow)."""
+    return {k: math.sqrt(float(np.sum(np.square(g, dtype=np.float64)))) for k, g in grads.items()}
+
+
+def clip_grad_norm(
+    grads: dict[str, np.ndarray], max_norm: float, norms: Mapping[str, float] | None = None
+) -> float:
+    """Scale all gradients in place so their global L2 norm is at most ``max_norm``.
+
+    As ``torch.nn.utils.clip_grad_norm_``: the factor is ``max_norm / (norm + 1e-6)``,
+    applied only when below 1. ``max_norm`` 0 disables clipping.
+
+    Parameters
+    ----------
+    grads : dict of str to ndarray
+        Scaled in place.
+    max_norm : float
+    norms : dict, optional
+        Per-gradient norms already computed by :func:`grad_norms`.
+
+    Returns
+    -------
+    float
+        The global norm before clipping.
+    """
+    if norms is None:
+        norms = grad_norms(grads)
+    total = math.sqrt(sum(n * n for n in norms.values()))
+    if max_norm > 0:
+        coef = max_norm / (total + 1e-6)
+        if coef < 1.0:
+            for g in grads.values():
+                g *= coef
+    return total
+
+
+@dataclass(frozen=True)
+class LRSchedule:
+    """Linear warmup, then cosine decay to ``min_lr``, then ``min_lr`` (nanoGPT's get_lr)."""
+
+    lr: float = 1e-3  # peak learning rate, reached at the end of warmup
+    min_lr: float = 1e-4  # floor, reached at lr_decay_iters
+    warmup_iters: int = 100  # linear warmup steps
+    lr_decay_iters: int = 2000  # the cosine ends here
+
+    def __post_init__(self):
+        if not (math.isfinite(self.lr) and self.lr > 0):
+            raise ValueError(f"lr must be a finite number > 0, got {self.lr!r}")
+        if not (math.isfinite(self.min_lr) and 0 <= self.min_lr <= self.lr):
+            raise ValueError(f"min_lr must be in [0, lr={self.lr!r}], got {self.min_lr!r}")
+        if self.warmup_iters < 0:
+            raise ValueError(f"warmup_iters must be >= 0, got {self.warmup_iters!r}")
+        if self.lr_decay_iters <= self.warmup_iters:
+            raise ValueError(
+                f"lr_decay_iters must be greater than warmup_iters={self.warmup_iters}, "
+                f"got {self.lr_decay_iters!r}"
+            )
+
+    def __call__(self, it: int) -> float:
+        """The learning rate for step ``it`` (counted from 0)."""
+        if it < self.warmup_iters:  # 1) linear warmup
+            return self.lr * (it + 1) / (self.warmup_iters + 1)
+        if it > self.lr_decay_iters:  # 3) after the decay, the floor
+            return self.min_lr
+        # 2) cosine from lr down to min_lr
+        ratio = (it - self.warmup_iters) / (self.lr_decay_iters - self.warmup_iters)
+        coeff = 0.5 * (1.0 + math.cos(math.pi * ratio))  # 1 -> 0
+        return self.min_lr + coeff * (self.lr - self.min_lr)

@@ -1,0 +1,329 @@
+"""Text generation with a KV cache: each new token costs work linear in the context.
+
+Legend: B = batch, T = new tokens in one call, S = tokens in the cache (keys),
+C = channels, H = heads, D = C / H, V = vocab size, L = n_layer.
+
+``GPT.forward`` recomputes every position's keys and values each time it is
+called, so generating N tokens that way costs O(N^2) projections. Here each
+block keeps the keys and values of the tokens it has already seen
+(:class:`KVCache`); a new token computes only its own q, k, v and attends over
+the cached keys: O(S C) for attention and O(C^2) for the projections.
+
+The rest of each block (LayerNorm, MLP, the residual scheme) is position-wise,
+so it is the same layer functions as the model's, called on the new rows only.
+tests/train/test_sample.py proves that the cached logits equal ``GPT.forward``'s at
+every position, for every residual scheme.
+
+Cropping: positions are learned embeddings for 0..block_size-1, so the context
+can hold at most block_size tokens. Once it is full, the next token is
+predicted from the last block_size tokens (as nanoGPT does): every position
+shifts by one, so the cache is rebuilt from those tokens in one batched pass.
+Past block_size tokens, each new token therefore costs one forward of
+block_size tokens, as without a cache.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from resgrad.formats.checkpoint import BEST, LAST, Checkpoint, check_params, load_checkpoint
+from resgrad.nn.blocks import FINAL_LN, block_alpha, scheme_forward
+from resgrad.nn.layers import (
+    ATTN_KEYS,
+    MLP_KEYS,
+    layernorm_forward,
+    linear_forward,
+    mlp_forward,
+    softmax,
+)
+from resgrad.nn.model import GPT, GPTConfig
+from resgrad.train.data import CharTokenizer
+
+__all__ = [
+    "KVCache",
+    "attention_step",
+    "forward_step",
+    "generate",
+    "load_model",
+    "sample_text",
+    "sample_token",
+]
+
+
+@dataclass
+class KVCache:
+    """Keys and values of the first ``length`` positions, for each block.
+
+    ``k[l]`` and ``v[l]`` have shape (B, H, block_size, D); entries at and
+    beyond ``length`` are unused.
+    """
+
+    k: list[np.ndarray]
+    v: list[np.ndarray]
+    length: int = 0
+
+    @classmethod
+    def empty(cls, cfg: GPTConfig, batch: int, dtype) -> KVCache:
+        H, D = cfg.n_head, cfg.n_embd // cfg.n_head
+        shape = (batch, H, cfg.block_size, D)  # (B, H, block_size, D)
+        return cls(
+            k=[np.zeros(shape, dtype) for _ in range(cfg.n_layer)],
+            v=[np.zeros(shape, dtype) for _ in range(cfg.n_layer)],
+        )
+
+
+def attention_step(
+    x: np.ndarray,
+    w_qkv: np.ndarray,
+    b_qkv: np.ndarray | None,
+    w_proj: np.ndarray,
+    b_proj: np.ndarray | None,
+    n_head: int,
+    k_cache: np.ndarray,
+    v_cache: np.ndarray,
+    start: int,
+) -> np.ndarray:
+    """Causal self-attention of T new tokens at positions ``start..start+T-1`` over the cache.
+
+    The new tokens' keys and values are written into ``k_cache``/``v_cache``
+    at those positions; each new query attends to every cached key up to its
+    own position. Same layout as :func:`resgrad.nn.layers.attention_forward`
+    (fused [q | k | v] columns, H heads of D consecutive columns), inference
+    only (no dropout).
+
+    Parameters
+    ----------
+    x : ndarray, shape (B, T, C)
+    w_qkv, b_qkv, w_proj, b_proj, n_head
+        As :func:`resgrad.nn.layers.attention_forward`.
+    k_cache, v_cache : ndarray, shape (B, H, block_size, D)
+        Updated in place at positions start..start+T-1.
+    start : int
+        Number of positions already in the cache.
+
+    Returns
+    -------
+    out : ndarray, shape (B, T, C)
+    """
+    B, T, C = x.shape
+    H, D = n_head, C // n_head
+    S = start + T  # keys visible after this call
+    if S > k_cache.shape[2]:
+        raise ValueError(f"cache holds {k_cache.shape[2]} positions, {S} needed")
+    qkv, _ = linear_forward(x, w_qkv, b_qkv)  # 1) (B,T,C) @ (C,3C) -> (B,T,3C)
+    q, k, v = qkv.reshape(B, T, 3, H, D).transpose(2, 0, 3, 1, 4)  # 2) 3 x (B,H,T,D)
+    k_cache[:, :, start:S] = k  # 3) (B,H,T,D) appended to the cached keys
+    v_cache[:, :, start:S] = v  # 3) (B,H,T,D) and values
+    keys, vals = k_cache[:, :, :S], v_cache[:, :, :S]  # (B,H,S,D) views, no copy
+    att = q @ keys.swapaxes(-1, -2)  # 4) (B,H,T,D) @ (B,H,D,S) -> (B,H,T,S)
+    att *= x.dtype.type(1.0 / math.sqrt(D))  # (B,H,T,S)
+    if T > 1:  # new query i sits at position start + i: it sees keys s <= start + i
+        future = np.arange(S)[None, :] > start + np.arange(T)[:, None]  # (T, S) bool
+        att[..., future] = -np.inf  # (B,H,T,S)
+    att = softmax(att, axis=-1)  # 5) (B,H,T,S)
+    y = att @ vals  # 6) (B,H,T,S) @ (B,H,S,D) -> (B,H,T,D)
+    y = y.transpose(0, 2, 1, 3).reshape(B, T, C)  # 7) (B,T,C) heads side by side
+    out, _ = linear_forward(y, w_proj, b_proj)  # 8) (B,T,C) @ (C,C) -> (B,T,C)
+    return out
+
+
+def forward_step(model: GPT, idx: np.ndarray, cache: KVCache) -> np.ndarray:
+    """Logits of T new tokens that follow the ``cache.length`` cached ones.
+
+    Parameters
+    ----------
+    model : GPT
+    idx : int ndarray, shape (B, T)
+        The new tokens, at positions cache.length .. cache.length + T - 1.
+    cache : KVCache
+        Extended in place by T positions.
+
+    Returns
+    -------
+    logits : ndarray, shape (B, T, V)
+    """
+    cfg, p = model.cfg, model.params
+    B, T = idx.shape
+    t0 = cache.length
+    if t0 + T > cfg.block_size:
+        raise ValueError(f"context of {t0 + T} tokens exceeds block_size {cfg.block_size}")
+    x = p["wte"][idx] + p["wpe"][t0 : t0 + T]  # (B,T,C) token + position embedding
+    for layer in range(cfg.n_layer):
+        pre = f"blocks.{layer}"
+        alpha = block_alpha(p, pre, cfg, x.dtype)
+        attn = [p.get(f"{pre}.attn.{k}") for k in ATTN_KEYS]
+        mlp = [p.get(f"{pre}.mlp.{k}") for k in MLP_KEYS]
+
+        def f_attn(h, attn=attn, layer=layer):  # the cached attention, in place of training's
+            out = attention_step(h, *attn, cfg.n_head, cache.k[layer], cache.v[layer], t0)
+            return out, None
+
+        def f_mlp(h, mlp=mlp):
+            return mlp_forward(h, *mlp)
+
+        for ln, f in (("ln1", f_attn), ("ln2", f_mlp)):  # the block's two sublayers
+            g, b = p.get(f"{pre}.{ln}.g"), p.get(f"{pre}.{ln}.b")
+            x, _ = scheme_forward(x, f, cfg.variant, g, b, cfg.ln_eps, alpha)  # (B,T,C)
+    if cfg.variant in FINAL_LN:
+        x, _ = layernorm_forward(x, p["ln_f.g"], p.get("ln_f.b"), cfg.ln_eps)  # (B,T,C)
+    cache.length = t0 + T
+    return x @ p["wte"].T  # (B,T,C) @ (C,V) -> (B,T,V), the LM head tied to wte
+
+
+def sample_token(
+    logits: np.ndarray, rng: np.random.Generator, temperature: float = 1.0, top_k: int | None = None
+) -> np.ndarray:
+    """Draw one token per row from ``softmax(logits / temperature)``, top-k truncated.
+
+    Parameters
+    ----------
+    logits : ndarray, shape (B, V)
+    rng : np.random.Generator
+        Draws B uniforms: the same state gives the same tokens.
+    temperature : float > 0
+    top_k : int >= 1, optional
+        Keep only the k largest logits of each row (all when None or >= V).
+
+    Returns
+    -------
+    int64 ndarray, shape (B,)
+    """
+    if not (math.isfinite(temperature) and temperature > 0):
+        raise ValueError(f"temperature must be a finite number > 0, got {temperature!r}")
+    z = logits.astype(np.float64) / temperature  # (B, V) in float64 for the CDF
+    V = z.shape[-1]
+    if top_k is not None:
+        if top_k < 1:
+            raise ValueError(f"top_k must be >= 1, got {top_k!r}")
+        if top_k < V:
+            kth = np.partition(z, V - top_k, axis=-1)[:, V - top_k, None]  # (B, 1)
+            z = np.where(z < kth, -np.inf, z)  # (B, V)
+    probs = softmax(z, axis=-1)  # (B, V)
+    cdf = np.cumsum(probs, axis=-1)  # (B, V)
+    u = rng.random((z.shape[0], 1)) * cdf[:, -1:]  # (B, 1) scaled: cdf[-1] may be 1 - 1e-16
+    return np.minimum((cdf <= u).sum(axis=-1), V - 1).astype(np.int64)  # (B,)
+
+
+def generate(
+    model: GPT,
+    idx: np.ndarray,
+    num_tokens: int,
+    rng: np.random.Generator,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    logits_out: list | None = None,
+) -> np.ndarray:
+    """Continue each row of ``idx`` by ``num_tokens`` sampled tokens.
+
+    Parameters
+    ----------
+    model : GPT
+    idx : int ndarray, shape (B, T0), T0 >= 1
+        The start; only its last block_size tokens are seen.
+    num_tokens : int >= 0
+    rng, temperature, top_k
+        As :func:`sample_token`.
+    logits_out : list, optional
+        If given, receives the (B, V) logits each new token was drawn from.
+
+    Returns
+    -------
+    int64 ndarray, shape (B, T0 + num_tokens)
+    """
+    idx = np.asarray(idx, dtype=np.int64)
+    if idx.ndim != 2 or idx.shape[1] < 1:
+        raise ValueError(f"idx must be (B, T0) with T0 >= 1, got shape {idx.shape}")
+    if num_tokens < 0:
+        raise ValueError(f"num_tokens must be >= 0, got {num_tokens!r}")
+    bs = model.cfg.block_size
+    cache = KVCache.empty(model.cfg, idx.shape[0], model.params["wte"].dtype)
+    out = [idx]
+    if num_tokens == 0:
+        return idx.copy()
+    logits = forward_step(model, idx[:, -bs:], cache)[:, -1]  # (B, V) the start, in one pass
+    for n in range(num_tokens):
+        if logits_out is not None:
+            logits_out.append(logits)
+        nxt = sample_token(logits, rng, temperature, top_k)  # (B,)
+        out.append(nxt[:, None])  # (B, 1)
+        if n + 1 == num_tokens:
+            break
+        if cache.length < bs:
+            logits = forward_step(model, nxt[:, None], cache)[:, -1]  # (B, V) one new position
+        else:  # the window is full: crop to the last block_size tokens and rebuild the cache
+            context = np.concatenate(out, axis=1)[:, -bs:]  # (B, block_size)
+            cache.length = 0
+            logits = forward_step(model, context, cache)[:, -1]  # (B, V)
+    return np.concatenate(out, axis=1)  # (B, T0 + num_tokens)
+
+
+def load_model(
+    path: str | os.PathLike, best: bool = False
+) -> tuple[GPT, CharTokenizer, Checkpoint]:
+    """The model and vocabulary of a checkpoint file, or of a run directory's
+    ``last.ckpt`` (``best.ckpt`` with ``best``).
+
+    Raises
+    ------
+    ValueError
+        If the checkpoint is corrupted or its parameters do not fit its config.
+    OSError
+        If there is no checkpoint there.
+    """
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        name = BEST if best else LAST
+        path = os.path.join(path, name)
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"no checkpoint {name!r} in {os.path.dirname(path)!r}")
+    ckpt = load_checkpoint(path)
+    try:
+        cfg = GPTConfig(**ckpt.config["model"])
+    except (KeyError, TypeError) as e:
+        raise ValueError(f"checkpoint {path!r} has no usable model config: {e}") from None
+    tok = CharTokenizer(ckpt.vocab)
+    if tok.vocab_size != cfg.vocab_size:
+        raise ValueError(
+            f"checkpoint {path!r}: vocabulary of {tok.vocab_size} characters but "
+            f"vocab_size {cfg.vocab_size}"
+        )
+    dtype = next(iter(ckpt.params.values())).dtype if ckpt.params else np.float32
+    model = GPT(cfg, seed=0, dtype=dtype)
+    check_params(ckpt.params, model.params, where=f"checkpoint {path!r}")
+    for k, v in ckpt.params.items():
+        model.params[k][...] = v
+    return model, tok, ckpt
+
+
+def sample_text(
+    path: str | os.PathLike,
+    start: str,
+    num_tokens: int,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    seed: int = 0,
+    best: bool = False,
+) -> str:
+    """Load a checkpoint (as :func:`load_model`) and continue ``start``; returns start
+    plus the new text.
+
+    Raises
+    ------
+    ValueError
+        If ``start`` is empty or has characters outside the model's vocabulary.
+    """
+    model, tok, _ = load_model(path, best)
+    if not start:
+        raise ValueError("the start text is empty; give at least one character")
+    try:
+        ids = tok.encode(start)  # (T0,)
+    except ValueError as e:
+        raise ValueError(f"start text: {e}") from None
+    out = generate(
+        model, ids[None, :], num_tokens, np.random.default_rng(seed), temperature, top_k
+    )  # (1, T0 + N)
+    return tok.decode(out[0])

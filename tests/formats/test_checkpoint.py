@@ -1,0 +1,123 @@
+import os
+
+import numpy as np
+import pytest
+
+from resgrad.formats.checkpoint import (
+    Checkpoint,
+    check_params,
+    generator_from_state,
+    load_checkpoint,
+    save_checkpoint,
+)
+
+
+def _ckpt(seed=0, iteration=7):
+    rng = np.random.default_rng(seed)
+    params = {
+        "wte": rng.standard_normal((5, 4)).astype(np.float32),
+        "blocks.0.ln1.g": np.ones(4, dtype=np.float32),
+    }
+    optim = {"step": np.array(iteration, dtype=np.int64)}
+    optim.update({f"m.{k}": np.zeros_like(v) for k, v in params.items()})
+    optim.update({f"v.{k}": np.zeros_like(v) for k, v in params.items()})
+    data_rng = np.random.default_rng(123)
+    data_rng.integers(0, 10, size=5)  # advance it
+    return Checkpoint(
+        params=params,
+        optimizer=optim,
+        iteration=iteration,
+        config={"n_layer": 1, "n_embd": 4, "data": None},
+        vocab="abcde",
+        best_val_loss=1.25,
+        rng_states={"data": data_rng.bit_generator.state},
+        extra={"data_sha256": "ab" * 32},
+    ), data_rng
+
+
+def test_round_trip(tmp_path):
+    ckpt, data_rng = _ckpt()
+    path = tmp_path / "last.ckpt"
+    save_checkpoint(path, ckpt)
+    got = load_checkpoint(path)
+    assert got.iteration == 7 and got.vocab == "abcde" and got.best_val_loss == 1.25
+    assert got.config == ckpt.config and got.extra == ckpt.extra
+    for k, v in ckpt.params.items():
+        assert got.params[k].dtype == v.dtype and np.array_equal(got.params[k], v)
+    assert set(got.optimizer) == set(ckpt.optimizer) and int(got.optimizer["step"]) == 7
+    # the restored generator continues exactly where the saved one was
+    restored = generator_from_state(got.rng_states["data"])
+    assert np.array_equal(restored.integers(0, 1000, 20), data_rng.integers(0, 1000, 20))
+
+
+def test_writes_to_several_paths_and_leaves_no_temp_files(tmp_path):
+    ckpt, _ = _ckpt()
+    save_checkpoint(tmp_path / "last.ckpt", ckpt, tmp_path / "best.ckpt")
+    assert sorted(os.listdir(tmp_path)) == ["best.ckpt", "last.ckpt"]
+    assert (tmp_path / "last.ckpt").read_bytes() == (tmp_path / "best.ckpt").read_bytes()
+
+
+def test_a_failed_save_keeps_the_previous_checkpoint(tmp_path):
+    path = tmp_path / "last.ckpt"
+    good, _ = _ckpt(iteration=3)
+    save_checkpoint(path, good)
+    bad, _ = _ckpt(iteration=4)
+    bad.best_val_loss = float("nan")  # not JSON-able: the save must fail before touching path
+    with pytest.raises(ValueError):
+        save_checkpoint(path, bad)
+    assert load_checkpoint(path).iteration == 3
+    assert os.listdir(tmp_path) == ["last.ckpt"]
+
+
+@pytest.mark.parametrize("keep", [0, 10, 40, 56, 200, -1])
+def test_truncated_checkpoint_is_a_clear_error(tmp_path, keep):
+    ckpt, _ = _ckpt()
+    path = tmp_path / "last.ckpt"
+    save_checkpoint(path, ckpt)
+    raw = path.read_bytes()
+    path.write_bytes(raw[:keep])
+    with pytest.raises(ValueError, match="truncated"):
+        load_checkpoint(path)
+
+
+def test_corrupted_checkpoint_is_a_clear_error(tmp_path):
+    ckpt, _ = _ckpt()
+    path = tmp_path / "last.ckpt"
+    save_checkpoint(path, ckpt)
+    raw = bytearray(path.read_bytes())
+    for pos in (100, len(raw) // 2, len(raw) - 1):
+        flipped = raw.copy()
+        flipped[pos] ^= 0x01  # one bit
+        path.write_bytes(bytes(flipped))
+        with pytest.raises(ValueError, match="corrupted.*checksum"):
+            load_checkpoint(path)
+    path.write_bytes(bytes(raw) + b"junk")
+    with pytest.raises(ValueError, match="corrupted"):
+        load_checkpoint(path)
+
+
+def test_other_files_are_not_checkpoints(tmp_path):
+    path = tmp_path / "x.ckpt"
+    path.write_bytes(b"PK\x03\x04" + b"\x00" * 100)  # a zip, e.g. a plain .npz
+    with pytest.raises(ValueError, match="not a resgrad checkpoint"):
+        load_checkpoint(path)
+    with pytest.raises(OSError):
+        load_checkpoint(tmp_path / "missing.ckpt")
+
+
+def test_check_params_names_every_kind_of_mismatch():
+    model = {"wte": np.zeros((5, 4), np.float32), "ln_f.g": np.zeros(4, np.float32)}
+    check_params({k: v.copy() for k, v in model.items()}, model)  # equal: no error
+    with pytest.raises(ValueError, match="missing ln_f.g"):
+        check_params({"wte": model["wte"]}, model)
+    with pytest.raises(ValueError, match="unexpected blocks.0.alpha"):
+        check_params({**model, "blocks.0.alpha": np.zeros(1, np.float32)}, model)
+    with pytest.raises(ValueError, match=r"wte \(6, 4\)"):
+        check_params({**model, "wte": np.zeros((6, 4), np.float32)}, model)
+    with pytest.raises(ValueError, match="float64"):
+        check_params({**model, "wte": np.zeros((5, 4))}, model)
+
+
+def test_unknown_generator_state_is_refused():
+    with pytest.raises(ValueError, match="bit generator"):
+        generator_from_state({"bit_generator": "Evil"})

@@ -1,0 +1,290 @@
+"""The transformer block in every residual scheme: semantics, float64 checks, inits."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+import resgrad.nn.blocks as Bk
+from resgrad.nn import layers as L
+from resgrad.nn.model import GPTConfig
+from resgrad.verify.selfcheck import RTOL, block_checks, compare, randomize_params
+
+ROWS = {r.name: r for r in block_checks(seed=0)}
+
+
+@pytest.mark.parametrize("variant", Bk.VARIANTS)
+def test_every_block_scheme_passes_a_full_float64_check(variant):
+    r = ROWS[f"block {variant}"]
+    assert r.passed and r.max_error < RTOL, r.row()
+    assert r.n_checked > 500 and r.n_floor < r.n_checked // 10, r.row()
+
+
+def _cfg(variant, **kw):
+    return GPTConfig(n_layer=3, n_head=2, n_embd=6, variant=variant, **kw)
+
+
+def _block(variant, seed=0, **kw):
+    cfg = _cfg(variant, **kw)
+    rng = np.random.default_rng(seed)
+    params = Bk.init_block_params(cfg, 1, rng, np.float64)
+    randomize_params(params, rng)
+    x = rng.standard_normal((2, 4, cfg.n_embd))
+    return cfg, params, x
+
+
+def _reference(variant, x, P, cfg):
+    """The scheme's formula written out with the layer functions, forward only."""
+    p = "blocks.1"
+
+    def ln(i, h):
+        return L.layernorm_forward(h, P[f"{p}.ln{i}.g"], P.get(f"{p}.ln{i}.b"), cfg.ln_eps)[0]
+
+    def attn(h):
+        w = [P.get(f"{p}.attn.{k}") for k in ("w_qkv", "b_qkv", "w_proj", "b_proj")]
+        return L.attention_forward(h, *w, cfg.n_head)[0]
+
+    def mlp(h):
+        return L.mlp_forward(
+            h, *[P.get(f"{p}.mlp.{k}") for k in ("w_fc", "b_fc", "w_proj", "b_proj")]
+        )[0]
+
+    a = (2 * cfg.n_layer) ** 0.25
+    if variant == "pre-ln":
+        x = x + attn(ln(1, x))
+        return x + mlp(ln(2, x))
+    if variant == "post-ln":
+        x = ln(1, x + attn(x))
+        return ln(2, x + mlp(x))
+    if variant == "none":
+        return mlp(ln(2, attn(ln(1, x))))
+    if variant == "residual":
+        x = x + attn(x)
+        return x + mlp(x)
+    if variant == "rezero":
+        al = P[f"{p}.alpha"][0]
+        x = x + al * attn(x)
+        return x + al * mlp(x)
+    x = ln(1, a * x + attn(x))  # deepnorm
+    return ln(2, a * x + mlp(x))
+
+
+@pytest.mark.parametrize("variant", Bk.VARIANTS)
+@pytest.mark.parametrize("bias", [True, False])
+def test_block_forward_is_the_schemes_formula(variant, bias):
+    cfg, P, x = _block(variant, bias=bias)
+    out, _ = Bk.block_forward(x, P, "blocks.1", cfg)
+    np.testing.assert_allclose(out, _reference(variant, x, P, cfg), rtol=1e-13, atol=1e-13)
+
+
+@pytest.mark.parametrize("variant", Bk.VARIANTS)
+def test_block_without_bias_checks_too(variant):
+    cfg, P, x = _block(variant, seed=3, bias=False)
+    out, c = Bk.block_forward(x, P, "blocks.1", cfg)
+    dout = np.random.default_rng(4).standard_normal(out.shape)
+    dx, grads = Bk.block_backward(dout, c)
+    assert set(grads) == set(P)
+    r = compare(
+        variant,
+        lambda **_: Bk.block_forward(x, P, "blocks.1", cfg)[0],
+        {"x": x, **P},
+        {"x": dx, **grads},
+        dout=dout,
+        mode="directional",
+    )
+    assert r.passed and r.max_error < RTOL, r.row()
+
+
+def test_parameter_names_per_scheme():
+    def leaves(variant, bias=True):
+        cfg = _cfg(variant, bias=bias)
+        return {k[len("blocks.2.") :] for k in Bk.block_param_shapes(cfg, 2)}
+
+    core = {"attn.w_qkv", "attn.b_qkv", "attn.w_proj", "attn.b_proj"}
+    core |= {"mlp.w_fc", "mlp.b_fc", "mlp.w_proj", "mlp.b_proj"}
+    lns = {"ln1.g", "ln1.b", "ln2.g", "ln2.b"}
+    for v in ("pre-ln", "post-ln", "none", "deepnorm"):
+        assert leaves(v) == core | lns
+    assert leaves("residual") == core
+    assert leaves("rezero") == core | {"alpha"}
+    assert leaves("pre-ln", bias=False) == {
+        "attn.w_qkv",
+        "attn.w_proj",
+        "mlp.w_fc",
+        "mlp.w_proj",
+        "ln1.g",
+        "ln2.g",
+    }
+    shapes = Bk.block_param_shapes(_cfg("rezero"), 0)
+    assert shapes["blocks.0.alpha"] == (1,) and shapes["blocks.0.mlp.w_fc"] == (6, 24)
+
+
+def test_gpt2_init_statistics():
+    cfg = GPTConfig(n_layer=8, n_head=4, n_embd=256, variant="pre-ln")
+    P = Bk.init_block_params(cfg, 0, np.random.default_rng(0), np.float64)
+    assert P["blocks.0.attn.w_qkv"].std() == pytest.approx(0.02, rel=0.02)
+    assert P["blocks.0.mlp.w_fc"].std() == pytest.approx(0.02, rel=0.02)
+    proj = 0.02 / np.sqrt(2 * 8)
+    assert P["blocks.0.attn.w_proj"].std() == pytest.approx(proj, rel=0.02)
+    assert P["blocks.0.mlp.w_proj"].std() == pytest.approx(proj, rel=0.02)
+    for k, a in P.items():
+        if k.endswith((".b", "b_qkv", "b_proj", "b_fc")):
+            assert not a.any(), k
+        if k.endswith(".g"):
+            assert np.all(a == 1), k
+    assert P["blocks.0.attn.w_qkv"].dtype == np.float64
+
+
+def test_xavier_init_statistics():
+    cfg = GPTConfig(n_layer=2, n_head=4, n_embd=256, init="xavier")
+    P = Bk.init_block_params(cfg, 1, np.random.default_rng(0), np.float32)
+    C = 256
+    assert P["blocks.1.attn.w_qkv"].std() == pytest.approx(np.sqrt(2 / (2 * C)), rel=0.02)
+    assert P["blocks.1.mlp.w_fc"].std() == pytest.approx(np.sqrt(2 / (5 * C)), rel=0.02)
+    assert P["blocks.1.attn.w_proj"].std() == pytest.approx(np.sqrt(1 / C), rel=0.02)
+    assert all(a.dtype == np.float32 for a in P.values())
+
+
+def test_deepnorm_constants_and_beta_scaled_init():
+    assert Bk.deepnorm_alpha(2) == pytest.approx(np.sqrt(2.0))  # (2N)^(1/4), N = 2
+    assert Bk.deepnorm_beta(2) == pytest.approx(0.5)  # (8N)^(-1/4)
+    assert Bk.deepnorm_alpha(50) == pytest.approx(100**0.25)
+    C, N = 128, 6
+    kw = dict(n_layer=N, n_head=4, n_embd=C, init="xavier")
+    base = Bk.init_block_params(GPTConfig(variant="post-ln", **kw), 0, np.random.default_rng(1))
+    deep = Bk.init_block_params(GPTConfig(variant="deepnorm", **kw), 0, np.random.default_rng(1))
+    beta = (8 * N) ** -0.25
+    for k in ("attn.w_proj", "mlp.w_fc", "mlp.w_proj"):
+        np.testing.assert_allclose(deep[f"blocks.0.{k}"], base[f"blocks.0.{k}"] * beta, rtol=1e-6)
+    wq, bq = deep["blocks.0.attn.w_qkv"], base["blocks.0.attn.w_qkv"]
+    np.testing.assert_array_equal(wq[:, : 2 * C], bq[:, : 2 * C])  # q and k keep gain 1
+    np.testing.assert_allclose(wq[:, 2 * C :], bq[:, 2 * C :] * beta, rtol=1e-6)  # v: beta
+
+
+def test_deepnorm_block_uses_alpha_on_the_skip_path():
+    cfg, P, x = _block("deepnorm")
+    _, c = Bk.block_forward(x, P, "blocks.1", cfg)
+    assert c.alpha == pytest.approx((2 * 3) ** 0.25)
+
+
+def test_rezero_starts_as_the_identity_and_only_alpha_learns_first():
+    cfg = _cfg("rezero")
+    rng = np.random.default_rng(0)
+    P = Bk.init_block_params(cfg, 1, rng, np.float64)
+    assert P["blocks.1.alpha"].shape == (1,) and P["blocks.1.alpha"][0] == 0.0
+    x = rng.standard_normal((2, 3, 6))
+    out, c = Bk.block_forward(x, P, "blocks.1", cfg)
+    np.testing.assert_array_equal(out, x)
+    dout = rng.standard_normal(out.shape)
+    dx, g = Bk.block_backward(dout, c)
+    np.testing.assert_array_equal(dx, dout)  # the + x path alone
+    assert g["blocks.1.alpha"][0] != 0.0
+    assert all(not a.any() for k, a in g.items() if k != "blocks.1.alpha")
+    r = compare(
+        "alpha",
+        lambda **_: Bk.block_forward(x, P, "blocks.1", cfg)[0],
+        {"alpha": P["blocks.1.alpha"]},
+        {"alpha": g["blocks.1.alpha"]},
+        dout=dout,
+    )
+    assert r.passed and r.max_error < RTOL, r.row()
+
+
+def test_rezero_alpha_is_shared_by_both_sublayers():
+    """One alpha scales both f's; its gradient collects both contributions (alpha = 0.8)."""
+    cfg, P, x = _block("rezero")
+    assert [k for k in P if k.endswith("alpha")] == ["blocks.1.alpha"]
+    out, c = Bk.block_forward(x, P, "blocks.1", cfg)
+    dout = np.random.default_rng(1).standard_normal(out.shape)
+    _, g = Bk.block_backward(dout, c)
+    assert g["blocks.1.alpha"].shape == (1,)
+    assert dout.ravel() @ c.mlp.f.ravel() != pytest.approx(g["blocks.1.alpha"][0], rel=1e-3)
+    r = compare(
+        "alpha",
+        lambda **_: Bk.block_forward(x, P, "blocks.1", cfg)[0],
+        {"alpha": P["blocks.1.alpha"]},
+        {"alpha": g["blocks.1.alpha"]},
+        dout=dout,
+    )
+    assert r.passed and r.max_error < RTOL, r.row()
+
+
+def test_none_scheme_has_no_identity_path():
+    cfg, P, x = _block("none")
+    for k in P:
+        if ".w_" in k:
+            P[k][...] = 0.0  # every sublayer returns its output bias alone
+    out, c = Bk.block_forward(x, P, "blocks.1", cfg)
+    np.testing.assert_allclose(out, np.broadcast_to(P["blocks.1.mlp.b_proj"], out.shape))
+    dx, _ = Bk.block_backward(np.ones_like(out), c)
+    assert not dx.any()  # nothing of x reaches the output, so no gradient reaches x
+    cfg2 = dataclasses.replace(cfg, variant="pre-ln")
+    out2, c2 = Bk.block_forward(x, P, "blocks.1", cfg2)
+    dx2, _ = Bk.block_backward(np.ones_like(out2), c2)
+    np.testing.assert_array_equal(dx2, 1.0)  # pre-ln: the identity path delivers dout intact
+
+
+def test_residual_core_carries_the_fan_out(monkeypatch):
+    calls = []
+    real = Bk.residual_backward
+
+    def spy(dout, df):
+        calls.append(dout.shape)
+        return real(dout, df)
+
+    monkeypatch.setattr(Bk, "residual_backward", spy)
+    for variant, n in [("pre-ln", 2), ("post-ln", 2), ("residual", 2), ("rezero", 2)]:
+        calls.clear()
+        cfg, P, x = _block(variant)
+        out, c = Bk.block_forward(x, P, "blocks.1", cfg)
+        Bk.block_backward(np.ones_like(out), c)
+        assert len(calls) == n, variant
+    calls.clear()
+    cfg, P, x = _block("none")
+    out, c = Bk.block_forward(x, P, "blocks.1", cfg)
+    Bk.block_backward(np.ones_like(out), c)
+    assert calls == []  # no + x path, no fan-out
+
+
+def test_a_residual_that_forgets_the_identity_path_fails_the_block_check(monkeypatch):
+    monkeypatch.setattr(Bk, "residual_backward", lambda dout, df: df)
+    rows = block_checks(seed=0, variants=("pre-ln", "residual"))
+    for r in rows:
+        assert not r.passed and r.max_error > 1e-2, r.row()
+        assert r.worst.startswith(("x[", "blocks.0.ln1", "blocks.0.attn")), r.row()
+
+
+def test_float32_block_stays_float32():
+    cfg = _cfg("rezero")
+    rng = np.random.default_rng(0)
+    P = Bk.init_block_params(cfg, 0, rng, np.float32)
+    P["blocks.0.alpha"][0] = 0.5
+    x = rng.standard_normal((2, 3, 6)).astype(np.float32)
+    for v in Bk.VARIANTS:
+        c = dataclasses.replace(cfg, variant=v)
+        Pv = Bk.init_block_params(c, 0, rng, np.float32)
+        out, cache = Bk.block_forward(x, Pv, "blocks.0", c)
+        dx, g = Bk.block_backward(out, cache)
+        assert out.dtype == dx.dtype == np.float32, v
+        assert all(a.dtype == np.float32 for a in g.values()), v
+
+
+def test_unknown_names_are_refused():
+    with pytest.raises(ValueError, match="unknown variant 'prenorm'; expected one of pre-ln"):
+        Bk.block_forward(np.zeros((1, 1, 6)), {}, "blocks.0", _Fake("prenorm"))
+    with pytest.raises(ValueError, match="unknown init 'he'; expected one of gpt2, xavier"):
+        Bk.init_block_params(_Fake("pre-ln", init="he"), 0, np.random.default_rng(0))
+
+
+@dataclasses.dataclass
+class _Fake:
+    """A config that skipped GPTConfig's validation, to reach the block's own checks."""
+
+    variant: str
+    init: str = "gpt2"
+    n_layer: int = 1
+    n_head: int = 1
+    n_embd: int = 6
+    dropout: float = 0.0
+    bias: bool = True
+    ln_eps: float = 1e-5

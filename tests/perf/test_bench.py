@@ -1,0 +1,86 @@
+"""The performance benchmark's bookkeeping (its timings live in benchmarks/, not here)."""
+
+import importlib.util
+import pathlib
+
+import numpy as np
+import pytest
+
+from resgrad.nn.model import GPT
+from resgrad.perf.bench import BENCH_CONFIGS, figures, format_row, make_batch
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def _bench_script():
+    spec = importlib.util.spec_from_file_location(
+        "bench_train_step", ROOT / "benchmarks" / "bench_train_step.py"
+    )
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_configs_are_the_issue_s():
+    shapes = {
+        n: (c.n_layer, c.n_head, c.n_embd, c.block_size, c.batch_size)
+        for n, c in BENCH_CONFIGS.items()
+    }
+    assert shapes == {
+        "cpu-recipe": (4, 4, 128, 64, 12),
+        "small": (4, 4, 128, 64, 32),
+        "medium": (6, 6, 384, 256, 8),
+    }
+
+
+def test_figures_arithmetic():
+    cfg = BENCH_CONFIGS["cpu-recipe"]
+    f = figures([0.1, 0.3, 0.2], cfg, flops_per_step=4e9, peak=100.0)
+    assert f.ms_per_step == pytest.approx(200.0)
+    assert f.tokens_per_s == pytest.approx(12 * 64 / 0.2)
+    assert f.gflops == pytest.approx(20.0) and f.peak_fraction == pytest.approx(0.2)
+    row = {
+        "config": "x",
+        "params": 1,
+        "flops_per_step": 4e9,
+        "resgrad": f.as_dict() | {"peak_mib": 1.0},
+    }
+    assert "200.00" in format_row(row)
+
+
+def test_batch_is_seeded_and_shifted():
+    idx, tgt = make_batch(BENCH_CONFIGS["cpu-recipe"], seed=3)
+    idx2, _ = make_batch(BENCH_CONFIGS["cpu-recipe"], seed=3)
+    assert idx.shape == (12, 64) and (idx == idx2).all()
+    assert (idx[:, 1:] == tgt[:, :-1]).all()
+
+
+@pytest.mark.parametrize("name", list(BENCH_CONFIGS))
+def test_pytorch_model_has_the_same_parameter_count(torch, name):
+    mod = _bench_script()
+    mod._import_torch()
+    cfg = BENCH_CONFIGS[name]
+    t_params = sum(p.numel() for p in mod.torch_model(cfg).parameters())
+    assert t_params == GPT(cfg.gpt_config()).num_params()
+
+
+def test_peak_memory_is_the_child_s_own_report():
+    import sys
+
+    from resgrad.perf.bench import own_peak_rss_mib, peak_memory_mib
+
+    assert peak_memory_mib([sys.executable, "-c", "print('hello'); print('peak_mib 12.5')"]) == 12.5
+    with pytest.raises(RuntimeError, match="no peak_mib line"):
+        peak_memory_mib([sys.executable, "-c", "print('nothing')"])
+    with pytest.raises(RuntimeError, match="failed"):
+        peak_memory_mib([sys.executable, "-c", "raise SystemExit(3)"])
+    # the child's figure is its own, not this process's (ru_maxrss after fork + exec was)
+    held = np.ones(300 * 2**18, dtype=np.float32)  # 300 MiB, every page written
+    child = peak_memory_mib([sys.executable, "-c", BARE_PROBE])
+    assert 0 < child < 200 < own_peak_rss_mib(), (child, own_peak_rss_mib())
+    del held
+
+
+BARE_PROBE = (
+    "from resgrad.perf.bench import own_peak_rss_mib; print(f'peak_mib {own_peak_rss_mib()}')"
+)

@@ -1,0 +1,318 @@
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from resgrad.cli import main
+from resgrad.formats.checkpoint import load_checkpoint
+from resgrad.nn.model import GPT, GPTConfig
+from resgrad.train.loop import (
+    DepthTrainConfig,
+    TrainConfig,
+    TrainingDiverged,
+    read_metrics,
+    resume_config,
+    train,
+)
+from resgrad.train.optim import AdamW, AdamWConfig, clip_grad_norm
+
+TINY = dict(
+    n_layer=2, n_head=2, n_embd=16, block_size=8, batch_size=4, warmup_iters=2,
+    lr_decay_iters=12, lr=3e-3, eval_interval=3, eval_iters=2,
+)  # fmt: skip
+TINY_FLAGS = [
+    "--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--block-size", "8",
+    "--batch-size", "4", "--warmup-iters", "2", "--lr-decay-iters", "50", "--eval-iters", "1",
+]  # fmt: skip
+
+
+@pytest.fixture
+def text_file(tmp_path):
+    p = tmp_path / "data.txt"
+    p.write_text("the quick brown fox jumps over the lazy dog. " * 40, encoding="utf-8")
+    return str(p)
+
+
+def _cfg(tmp_path, name, text_file, **kw):
+    return TrainConfig(**{**TINY, "data": text_file, "out_dir": str(tmp_path / name), **kw})
+
+
+def _steps(out_dir):
+    return [(r["iter"], r["loss"]) for r in read_metrics(out_dir) if r["kind"] == "iter"]
+
+
+def test_resume_is_bit_exact(tmp_path, text_file):
+    # dropout on, so the dropout generator's state must survive the checkpoint too
+    whole = _cfg(tmp_path, "whole", text_file, max_iters=12, dropout=0.1)
+    train(whole, progress=False, log=lambda s: None)
+    half = _cfg(tmp_path, "half", text_file, max_iters=6, dropout=0.1)
+    train(half, progress=False, log=lambda s: None)
+    res = train(resume_config(half.out_dir, max_iters=12), progress=False, log=lambda s: None)
+    assert res.iterations == 12
+    a, b = _steps(whole.out_dir), _steps(half.out_dir)
+    assert [i for i, _ in b] == list(range(12))
+    assert a == b  # the same losses, to the last bit
+    ca = load_checkpoint(f"{whole.out_dir}/last.ckpt")
+    cb = load_checkpoint(f"{half.out_dir}/last.ckpt")
+    assert ca.iteration == cb.iteration == 12
+    for k in ca.params:
+        assert np.array_equal(ca.params[k], cb.params[k]), k
+    for k in ca.optimizer:
+        assert np.array_equal(ca.optimizer[k], cb.optimizer[k]), k
+    assert ca.rng_states == cb.rng_states
+
+
+def test_metrics_plot_and_checkpoints(tmp_path, text_file):
+    cfg = _cfg(tmp_path, "run", text_file, max_iters=7)
+    lines = []
+    res = train(cfg, progress=False, log=lines.append)
+    assert [ln.split(":")[0] for ln in lines][:3] == ["iter 0", "iter 3", "iter 6"]
+    assert all(k in lines[1] for k in ("train loss", "val loss", "grad norm", "lr"))
+    recs = read_metrics(cfg.out_dir)
+    evals = [r for r in recs if r["kind"] == "eval"]
+    assert [r["iter"] for r in evals] == [0, 3, 6, 7]  # every eval_interval, then the end
+    steps = [r for r in recs if r["kind"] == "iter"]
+    assert len(steps) == 7 and all(len(r["layer_grad_norms"]) == 2 for r in steps)
+    assert all(len(r["stream_grad_norms"]) == 3 for r in steps)
+    assert all(np.isfinite(r["grad_norm"]) and r["grad_norm"] > 0 for r in steps)
+    assert res.val_loss == evals[-1]["val_loss"] and res.best_val_loss == min(
+        r["val_loss"] for r in evals
+    )
+    with open(os.path.join(cfg.out_dir, "loss.png"), "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+    best = load_checkpoint(os.path.join(cfg.out_dir, "best.ckpt"))
+    assert best.best_val_loss == res.best_val_loss
+    last = load_checkpoint(os.path.join(cfg.out_dir, "last.ckpt"))
+    assert last.iteration == 7 and last.vocab == "".join(sorted(set(open(text_file).read())))
+    assert last.config["train"] == dataclasses.asdict(cfg)
+    assert sorted(os.listdir(cfg.out_dir)) == [
+        "best.ckpt", "last.ckpt", "loss.png", "metrics.jsonl"
+    ]  # fmt: skip
+
+
+def test_a_real_kill_leaves_a_loadable_checkpoint_and_resume_continues(tmp_path, text_file):
+    out = tmp_path / "killed"
+    cmd = [sys.executable, "-m", "resgrad", "train", *TINY_FLAGS, "--data", text_file,
+           "--max-iters", "100000", "--eval-interval", "1", "--out-dir", str(out)]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # wait for a few checkpoints, then kill mid-run
+            recs = read_metrics(out) if out.exists() else []
+            if sum(r["kind"] == "eval" for r in recs) >= 4:
+                break
+            time.sleep(0.05)
+        time.sleep(np.random.default_rng().uniform(0, 0.2))  # some moment in the loop
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == -signal.SIGKILL
+    ckpt = load_checkpoint(out / "last.ckpt")  # loads, checksum verified
+    assert ckpt.iteration >= 3
+    assert all(np.isfinite(v).all() for v in ckpt.params.values())
+    # resume from it: the steps after the checkpoint are redone once, none is duplicated
+    target = ckpt.iteration + 3
+    assert main(["train", "--out-dir", str(out), "--resume", "--max-iters", str(target)]) == 0
+    assert [i for i, _ in _steps(out)] == list(range(target))
+
+
+def test_overfits_one_small_batch_to_near_zero_loss():
+    cfg = GPTConfig(vocab_size=16, block_size=16, n_layer=2, n_head=2, n_embd=32)
+    model = GPT(cfg, seed=0)
+    rng = np.random.default_rng(0)
+    x, y = rng.integers(0, 16, (4, 16)), rng.integers(0, 16, (4, 16))  # random: only memory helps
+    opt = AdamW(model.params, AdamWConfig(lr=1e-2, weight_decay=0.0))
+    first = None
+    for _ in range(100):
+        _, loss, cache = model.forward(x, y, train=True)
+        first = loss if first is None else first
+        grads = model.backward(cache)
+        clip_grad_norm(grads, 1.0)
+        opt.step(grads)
+    assert first > 2.5 and loss < 0.01, (first, loss)
+
+
+def _inject_at_step(monkeypatch, n, fn):
+    """Call fn(model_params, grads) inside AdamW.step's n-th call (0-based)."""
+    real, calls = AdamW.step, []
+
+    def step(self, grads, lr=None):
+        if len(calls) == n:
+            fn(self.params, grads)
+        calls.append(1)
+        return real(self, grads, lr)
+
+    monkeypatch.setattr(AdamW, "step", step)
+
+
+def test_nan_in_a_parameter_stops_with_iteration_and_name(tmp_path, text_file, monkeypatch):
+    def poison(params, grads):  # after step 4's gradient: the weight goes NaN in the update
+        grads["blocks.1.mlp.w_fc"][0, 0] = np.nan
+
+    _inject_at_step(monkeypatch, 4, poison)
+    cfg = _cfg(tmp_path, "nan", text_file, max_iters=12, grad_clip=0.0)
+    with pytest.raises(TrainingDiverged) as e:
+        train(cfg, progress=False, log=lambda s: None)
+    msg = str(e.value)
+    assert "iteration 5" in msg and "loss is nan" in msg and "'blocks.1.mlp.w_fc'" in msg
+    assert "iteration 3) is kept" in msg
+    ckpt = load_checkpoint(os.path.join(cfg.out_dir, "last.ckpt"))
+    assert ckpt.iteration == 3 and all(np.isfinite(v).all() for v in ckpt.params.values())
+
+
+def test_inf_gradient_stops_before_the_update(tmp_path, text_file, monkeypatch):
+    real = GPT.backward_stream
+    calls = []
+
+    def backward_stream(self, cache, dlogits=None):
+        grads, dxs = real(self, cache, dlogits)
+        calls.append(1)
+        if len(calls) == 2:
+            grads["blocks.0.attn.w_qkv"][1, 2] = np.inf
+            grads["ln_f.g"][0] = np.nan
+        return grads, dxs
+
+    monkeypatch.setattr(GPT, "backward_stream", backward_stream)
+    cfg = _cfg(tmp_path, "inf", text_file, max_iters=12)
+    with pytest.raises(TrainingDiverged, match=r"iteration 1: non-finite gradient in "
+                       r"parameter 'blocks.0.attn.w_qkv' \(first of 2 of"):  # fmt: skip
+        train(cfg, progress=False, log=lambda s: None)
+    assert load_checkpoint(os.path.join(cfg.out_dir, "last.ckpt")).iteration == 0
+
+
+def test_cli_divergence_is_one_line_and_exit_1(tmp_path, text_file, monkeypatch, capsys):
+    _inject_at_step(monkeypatch, 1, lambda p, g: p["wte"].fill(np.inf))
+    out = str(tmp_path / "div")
+    assert main(["train", *TINY_FLAGS, "--data", text_file, "--out-dir", out,
+                 "--max-iters", "9", "--eval-interval", "1"]) == 1  # fmt: skip
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "iteration 2: evaluation loss is nan" in err[0], err
+    assert "parameter 'wte'" in err[0] and "iteration 1) is kept" in err[0]
+    ckpt = load_checkpoint(os.path.join(out, "last.ckpt"))  # the poisoned state was never saved
+    assert ckpt.iteration == 1 and all(np.isfinite(v).all() for v in ckpt.params.values())
+
+
+def test_resume_refuses_a_mismatched_or_corrupted_checkpoint(tmp_path, text_file):
+    cfg = _cfg(tmp_path, "run", text_file, max_iters=3)
+    train(cfg, progress=False, log=lambda s: None)
+    resumed = dataclasses.replace(cfg, resume=True, max_iters=6)
+    with pytest.raises(ValueError, match="n_embd is 32 but the checkpoint was trained with 16"):
+        train(dataclasses.replace(resumed, n_embd=32), progress=False)
+    with pytest.raises(ValueError, match="lr is 0.01"):
+        train(dataclasses.replace(resumed, lr=0.01), progress=False)
+    other = tmp_path / "other.txt"
+    other.write_text("the quick brown fox jumps over the lazy cat. " * 40, encoding="utf-8")
+    with pytest.raises(ValueError, match="differs from the text"):
+        train(dataclasses.replace(resumed, data=str(other)), progress=False)
+    with pytest.raises(ValueError, match="already holds a run"):
+        train(cfg, progress=False)
+    last = os.path.join(cfg.out_dir, "last.ckpt")
+    raw = open(last, "rb").read()
+    with open(last, "wb") as f:
+        f.write(raw[: len(raw) // 2])
+    with pytest.raises(ValueError, match="truncated"):
+        train(resumed, progress=False)
+
+
+def test_bad_data_files_are_clear_errors(tmp_path):
+    empty, short, binary = tmp_path / "e.txt", tmp_path / "s.txt", tmp_path / "b.txt"
+    empty.write_bytes(b"")
+    short.write_text("abc", encoding="utf-8")
+    binary.write_bytes(b"\xff\xfe\x00abc" * 100)
+    for path, needle in [(empty, "empty"), (short, "shorter than block_size"),
+                         (binary, "not UTF-8")]:  # fmt: skip
+        with pytest.raises(ValueError, match=needle):
+            train(_cfg(tmp_path, "x", str(path), max_iters=1), progress=False)
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["train", "--n-layer", "0"], "'0'"),
+        (["train", "--lr", "-1"], "'-1'"),
+        (["train", "--lr", "nan"], "'nan'"),
+        (["train", "--dropout", "1.5"], "dropout"),
+        (["train", "--n-head", "3"], "n_head=3"),
+        (["train", "--variant", "bogus"], "'bogus'"),
+        (["train", "--min-lr", "0.1"], "min_lr"),
+        (["train", "--warmup-iters", "100", "--lr-decay-iters", "50"], "lr_decay_iters"),
+        (["train", "--beta2", "1.0"], "beta2"),
+        (["train", "--grad-clip", "-1"], "grad_clip"),
+        (["train", "--seed", "-1"], "'-1'"),
+        (["train", "--max-iters", "x"], "'x'"),
+        (["train", "--data", "/nonexistent/file.txt"], "/nonexistent/file.txt"),
+        (["train", "--resume"], "no checkpoint"),
+        (["sample", "--num-tokens", "-1"], "'-1'"),
+        (["sample", "--out-dir", "X", "--temperature", "0"], "'0'"),
+        (["sample", "--out-dir", "X", "--top-k", "0"], "'0'"),
+        (["sample", "--out-dir", "/nonexistent"], "/nonexistent"),
+        (["depth-train", "--variants", "none,bogus"], "'bogus'"),
+        (["depth-train", "--n-head", "3"], "n_head=3"),
+    ],
+)
+def test_cli_bad_input_is_one_line_and_exit_2(args, needle, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)  # the default out dirs land here, if anything is written at all
+    try:
+        status = main(args)
+    except SystemExit as e:
+        status = e.code
+    captured = capsys.readouterr()
+    assert status == 2
+    assert captured.out == ""
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0] and "Traceback" not in captured.err, lines
+
+
+def test_cli_train_sample_and_resume(tmp_path, text_file, capsys):
+    out = str(tmp_path / "cli")
+    base = ["train", *TINY_FLAGS, "--data", text_file, "--out-dir", out, "--eval-interval", "2"]
+    assert main([*base, "--max-iters", "4"]) == 0
+    assert "done: 4 iterations" in capsys.readouterr().out
+    assert main(["train", "--out-dir", out, "--resume", "--max-iters", "6"]) == 0
+    assert "done: 6 iterations" in capsys.readouterr().out
+    assert main(["sample", "--out-dir", out, "--start", "the ", "--num-tokens", "30",
+                 "--seed", "1"]) == 0  # fmt: skip
+    text = capsys.readouterr().out
+    assert text.startswith("the ") and len(text) == 4 + 30 + 1  # the print's newline
+    assert main(["sample", "--out-dir", out, "--start", "Zebra"]) == 2
+    assert "'Z'" in capsys.readouterr().err
+
+
+def test_depth_train_cli_tiny(tmp_path, text_file, capsys):
+    out = str(tmp_path / "depth")
+    args = ["depth-train", "--n-layer", "2", "--n-head", "2", "--n-embd", "16", "--block-size",
+            "8", "--batch-size", "2", "--max-iters", "4", "--eval-interval", "2", "--eval-iters",
+            "1", "--data", text_file, "--out-dir", out]  # fmt: skip
+    assert main(args) == 0
+    printed = capsys.readouterr().out
+    assert "none" in printed and "pre-ln" in printed and "depth_train.png" in printed
+    summary = json.load(open(os.path.join(out, "depth_train.json")))
+    assert list(summary["variants"]) == ["none", "pre-ln"]
+    for s in summary["variants"].values():
+        assert len(s["first_step_layer_grad_norms"]) == 2 and np.isfinite(s["val_loss"])
+    with open(os.path.join(out, "depth_train.png"), "rb") as f:
+        assert f.read(4) == b"\x89PNG"
+    # both variants started from the same batches: their first losses see the same data
+    assert DepthTrainConfig(n_layer=2).train_config("none").seed == 1337
+
+
+def test_read_metrics_skips_a_torn_line_and_cuts_at_the_checkpoint(tmp_path):
+    lines = [
+        {"kind": "eval", "iter": 0},
+        {"kind": "iter", "iter": 0},
+        {"kind": "iter", "iter": 1},
+        {"kind": "eval", "iter": 2},
+        {"kind": "iter", "iter": 2},
+    ]
+    text = "".join(json.dumps(r) + "\n" for r in lines) + '{"kind": "iter", "it'  # killed
+    (tmp_path / "metrics.jsonl").write_text(text, encoding="utf-8")
+    assert read_metrics(tmp_path) == lines
+    assert read_metrics(tmp_path, upto=2) == lines[:4]  # steps before 2, evals up to 2

@@ -1,0 +1,176 @@
+import math
+
+import numpy as np
+import pytest
+
+from resgrad.train.optim import AdamW, AdamWConfig, LRSchedule, clip_grad_norm, grad_norms
+
+SHAPES = {
+    "wte": (7, 4),  # 2-D: decayed
+    "blocks.0.attn.w_qkv": (4, 12),  # 2-D: decayed
+    "blocks.0.attn.b_qkv": (12,),  # bias: not decayed
+    "blocks.0.ln1.g": (4,),  # gain: not decayed
+    "blocks.0.alpha": (1,),  # rezero scalar: not decayed
+}
+
+
+def _params(seed=0):
+    rng = np.random.default_rng(seed)
+    return {k: rng.standard_normal(s) for k, s in SHAPES.items()}  # float64
+
+
+def _grads(step):
+    rng = np.random.default_rng(100 + step)
+    return {k: rng.standard_normal(s) for k, s in SHAPES.items()}
+
+
+def test_adamw_matches_torch_over_10_steps_in_float64(torch):
+    cfg = AdamWConfig(lr=1e-2, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.5)
+    sched = LRSchedule(lr=1e-2, min_lr=1e-3, warmup_iters=3, lr_decay_iters=8)
+    params = _params()
+    tparams = {k: torch.tensor(v.copy(), requires_grad=True) for k, v in params.items()}
+    decay = [p for p in tparams.values() if p.dim() >= 2]
+    no_decay = [p for p in tparams.values() if p.dim() < 2]
+    topt = torch.optim.AdamW(
+        [
+            {"params": decay, "weight_decay": cfg.weight_decay},
+            {"params": no_decay, "weight_decay": 0.0},
+        ],
+        lr=cfg.lr,
+        betas=(cfg.beta1, cfg.beta2),
+        eps=cfg.eps,
+    )
+    opt = AdamW(params, cfg)
+    for step in range(10):
+        lr = sched(step)
+        grads = _grads(step)
+        opt.step(grads, lr=lr)
+        for group in topt.param_groups:
+            group["lr"] = lr
+        for k, p in tparams.items():
+            p.grad = torch.tensor(grads[k])
+        topt.step()
+    worst = max(float(np.max(np.abs(params[k] - tparams[k].detach().numpy()))) for k in SHAPES)
+    assert worst < 1e-10, worst
+    print(f"max |adamw - torch| after 10 steps: {worst:.1e}")
+    # the state agrees too
+    for k, p in tparams.items():
+        st = topt.state[p]
+        assert np.max(np.abs(opt.m[k] - st["exp_avg"].numpy())) < 1e-12
+        assert np.max(np.abs(opt.v[k] - st["exp_avg_sq"].numpy())) < 1e-12
+
+
+def test_weight_decay_touches_only_2d_parameters():
+    params = _params()
+    before = {k: v.copy() for k, v in params.items()}
+    opt = AdamW(params, AdamWConfig(lr=0.1, weight_decay=0.5))
+    opt.step({k: np.zeros_like(v) for k, v in params.items()})  # zero gradient: only decay acts
+    for k in SHAPES:
+        if len(SHAPES[k]) >= 2:
+            np.testing.assert_allclose(params[k], before[k] * (1 - 0.1 * 0.5), rtol=1e-15)
+        else:
+            assert np.array_equal(params[k], before[k]), k
+
+
+def test_updates_in_place_and_keeps_float32():
+    params = {k: v.astype(np.float32) for k, v in _params().items()}
+    ids = {k: id(v) for k, v in params.items()}
+    opt = AdamW(params)
+    opt.step({k: np.ones_like(v) for k, v in params.items()}, lr=1e-3)
+    assert all(id(v) == ids[k] and v.dtype == np.float32 for k, v in params.items())
+    assert all(m.dtype == np.float32 for m in opt.m.values())
+
+
+def test_state_dict_round_trip_continues_identically():
+    p1, p2 = _params(), _params()
+    o1, o2 = AdamW(p1), AdamW(p2)
+    for s in range(3):
+        o1.step(_grads(s))
+        o2.step(_grads(s))
+    state = o1.state_dict()
+    assert int(state["step"]) == 3 and "m.wte" in state and "v.blocks.0.alpha" in state
+    p3 = {k: v.copy() for k, v in p1.items()}
+    o3 = AdamW(p3)
+    o3.load_state_dict(state)
+    for s in range(3, 6):
+        o2.step(_grads(s))
+        o3.step(_grads(s))
+    for k in SHAPES:
+        assert np.array_equal(p2[k], p3[k])
+
+
+def test_mismatched_state_and_grads_are_refused():
+    opt = AdamW(_params())
+    state = opt.state_dict()
+    del state["m.wte"]
+    with pytest.raises(ValueError, match="m.wte"):
+        opt.load_state_dict(state)
+    state = opt.state_dict()
+    state["v.wte"] = np.zeros((3, 3))
+    with pytest.raises(ValueError, match=r"v.wte has shape \(3, 3\)"):
+        opt.load_state_dict(state)
+    with pytest.raises(ValueError, match="missing"):
+        opt.step({"wte": np.zeros((7, 4))})
+
+
+def test_clip_grad_norm_matches_torch(torch):
+    grads = _grads(0)
+    tgrads = {k: torch.tensor(v.copy()) for k, v in grads.items()}
+    tparams = [torch.zeros(s, requires_grad=True) for s in SHAPES.values()]
+    for p, g in zip(tparams, tgrads.values()):
+        p.grad = g
+    t_total = torch.nn.utils.clip_grad_norm_(tparams, 1.0)
+    total = clip_grad_norm(grads, 1.0)
+    assert total == pytest.approx(float(t_total), rel=1e-12)
+    for p, k in zip(tparams, SHAPES):
+        np.testing.assert_allclose(grads[k], p.grad.numpy(), rtol=1e-12)
+    assert math.sqrt(sum(n * n for n in grad_norms(grads).values())) == pytest.approx(1.0, 1e-5)
+
+
+def test_clip_leaves_small_gradients_and_zero_disables():
+    grads = {"a": np.array([3.0, 4.0])}
+    assert clip_grad_norm(grads, 10.0) == 5.0 and np.array_equal(grads["a"], [3.0, 4.0])
+    assert clip_grad_norm(grads, 0.0) == 5.0 and np.array_equal(grads["a"], [3.0, 4.0])
+
+
+def test_schedule_is_nanogpts_get_lr():
+    s = LRSchedule(lr=1e-3, min_lr=1e-4, warmup_iters=100, lr_decay_iters=2000)
+
+    def get_lr(it):  # nanoGPT train.py, verbatim logic
+        if it < 100:
+            return 1e-3 * (it + 1) / (100 + 1)
+        if it > 2000:
+            return 1e-4
+        decay_ratio = (it - 100) / (2000 - 100)
+        coeff = 0.5 * (1.0 + math.cos(math.pi * decay_ratio))
+        return 1e-4 + coeff * (1e-3 - 1e-4)
+
+    for it in [0, 1, 50, 99, 100, 101, 1000, 1999, 2000, 2001, 5000]:
+        assert s(it) == get_lr(it)
+    assert s(100) == 1e-3 and s(2000) == pytest.approx(1e-4) and s(3000) == 1e-4
+    lrs = [s(i) for i in range(100, 2001)]
+    assert all(a >= b for a, b in zip(lrs, lrs[1:]))  # monotone decay
+
+
+@pytest.mark.parametrize(
+    "kwargs, needle",
+    [
+        ({"lr": -1.0}, "lr"),
+        ({"min_lr": 1.0}, "min_lr"),
+        ({"warmup_iters": -1}, "warmup_iters"),
+        ({"warmup_iters": 10, "lr_decay_iters": 10}, "lr_decay_iters"),
+    ],
+)
+def test_schedule_validation(kwargs, needle):
+    with pytest.raises(ValueError, match=needle):
+        LRSchedule(**kwargs)
+
+
+@pytest.mark.parametrize(
+    "kwargs, needle",
+    [({"beta1": 1.0}, "beta1"), ({"beta2": -0.1}, "beta2"), ({"eps": 0.0}, "eps"),
+     ({"weight_decay": float("nan")}, "weight_decay"), ({"lr": float("inf")}, "lr")],
+)  # fmt: skip
+def test_adamw_config_validation(kwargs, needle):
+    with pytest.raises(ValueError, match=needle):
+        AdamWConfig(**kwargs)

@@ -1,0 +1,147 @@
+import numpy as np
+import pytest
+
+from resgrad.formats.checkpoint import Checkpoint, save_checkpoint
+from resgrad.nn.blocks import VARIANTS
+from resgrad.nn.layers import attention_forward
+from resgrad.nn.model import GPT, GPTConfig
+from resgrad.train.sample import (
+    KVCache,
+    attention_step,
+    forward_step,
+    generate,
+    load_model,
+    sample_text,
+    sample_token,
+)
+
+
+def _model(variant="pre-ln", dtype=np.float64, block_size=8, seed=1):
+    cfg = GPTConfig(
+        vocab_size=11, block_size=block_size, n_layer=2, n_head=2, n_embd=16, variant=variant
+    )
+    m = GPT(cfg, seed=seed, dtype=dtype)
+    rng = np.random.default_rng(seed)
+    for v in m.params.values():  # perturb biases, gains and rezero's alpha off their init
+        if v.ndim == 1:
+            v += rng.standard_normal(v.shape).astype(dtype) * 0.3
+    return m
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_cached_logits_equal_full_recomputation_at_every_position(variant):
+    m = _model(variant)
+    start = np.array([[1, 2, 3], [4, 5, 6]])
+    logits = []
+    out = generate(m, start, 14, np.random.default_rng(0), logits_out=logits)  # crosses block 8
+    assert out.shape == (2, 17) and np.array_equal(out[:, :3], start)
+    assert len(logits) == 14
+    for n, got in enumerate(logits):
+        p = 3 + n  # tokens seen before drawing token p
+        context = out[:, max(0, p - 8) : p]  # the last block_size of them
+        full, _, _ = m.forward(context)  # (B, T, V)
+        np.testing.assert_allclose(got, full[:, -1], rtol=0, atol=1e-12)
+
+
+def test_prefill_logits_equal_forward_at_every_position():
+    m = _model()
+    idx = np.random.default_rng(2).integers(0, 11, (3, 8))
+    cache = KVCache.empty(m.cfg, 3, np.float64)
+    a = forward_step(m, idx[:, :5], cache)  # (3, 5, V) five positions in one call
+    b = forward_step(m, idx[:, 5:], cache)  # (3, 3, V) three more on the cache
+    full, _, _ = m.forward(idx)
+    np.testing.assert_allclose(np.concatenate([a, b], axis=1), full, rtol=0, atol=1e-12)
+
+
+def test_attention_step_matches_attention_forward_one_token_at_a_time():
+    rng = np.random.default_rng(0)
+    B, T, C, H = 2, 6, 8, 2
+    x = rng.standard_normal((B, T, C))
+    w = [rng.standard_normal(s) * 0.3 for s in [(C, 3 * C), (3 * C,), (C, C), (C,)]]
+    ref, _ = attention_forward(x, *w, H)
+    k = np.zeros((B, H, T, C // H))
+    v = np.zeros((B, H, T, C // H))
+    steps = [attention_step(x[:, t : t + 1], *w, H, k, v, t) for t in range(T)]
+    np.testing.assert_allclose(np.concatenate(steps, axis=1), ref, rtol=0, atol=1e-12)
+
+
+def test_a_cached_step_sees_only_one_query_row():
+    # linear cost: the new token's attention is one row of S scores, not a (S, S) square
+    m = _model()
+    cache = KVCache.empty(m.cfg, 1, np.float64)
+    forward_step(m, np.array([[1, 2, 3, 4]]), cache)
+    seen = []
+    import resgrad.train.sample as s
+
+    real = s.softmax
+    s.softmax = lambda a, axis=-1: (seen.append(a.shape), real(a, axis))[1]
+    try:
+        forward_step(m, np.array([[5]]), cache)
+    finally:
+        s.softmax = real
+    assert seen == [(1, 2, 1, 5)] * 2  # per layer: (B, H, 1 query, 5 keys)
+
+
+def test_float32_cache_agrees_with_forward():
+    m = _model(dtype=np.float32)
+    logits = []
+    out = generate(m, np.array([[0]]), 10, np.random.default_rng(1), logits_out=logits)
+    for n, got in enumerate(logits):
+        context = out[:, max(0, n + 1 - 8) : n + 1]
+        np.testing.assert_allclose(got, m.forward(context)[0][:, -1], atol=2e-5)
+
+
+def test_sampling_is_seeded_and_respects_top_k():
+    logits = np.log(np.array([[0.1, 0.2, 0.3, 0.4]] * 2000))  # (2000, 4)
+    a = sample_token(logits, np.random.default_rng(5))
+    assert np.array_equal(a, sample_token(logits, np.random.default_rng(5)))
+    freq = np.bincount(a, minlength=4) / len(a)
+    np.testing.assert_allclose(freq, [0.1, 0.2, 0.3, 0.4], atol=0.04)
+    top2 = sample_token(logits, np.random.default_rng(5), top_k=2)
+    assert set(top2.tolist()) == {2, 3}
+    assert set(sample_token(logits, np.random.default_rng(5), top_k=1).tolist()) == {3}
+    cold = sample_token(logits, np.random.default_rng(5), temperature=0.05)
+    assert (cold == 3).mean() > 0.99
+    with pytest.raises(ValueError, match="temperature"):
+        sample_token(logits, np.random.default_rng(0), temperature=0.0)
+    with pytest.raises(ValueError, match="top_k"):
+        sample_token(logits, np.random.default_rng(0), top_k=0)
+
+
+def _saved(tmp_path, vocab="abcdefghijk"):
+    m = _model(dtype=np.float32)
+    import dataclasses
+
+    ckpt = Checkpoint(
+        params=m.params, optimizer={}, iteration=0, vocab=vocab,
+        config={"model": dataclasses.asdict(m.cfg), "train": {}},
+    )  # fmt: skip
+    save_checkpoint(tmp_path / "last.ckpt", ckpt)
+    return m
+
+
+def test_sample_text_from_a_checkpoint(tmp_path):
+    m = _saved(tmp_path)
+    text = sample_text(tmp_path, "abc", 20, temperature=1.0, top_k=5, seed=3)
+    assert text.startswith("abc") and len(text) == 23
+    assert set(text) <= set("abcdefghijk")
+    assert text == sample_text(tmp_path, "abc", 20, temperature=1.0, top_k=5, seed=3)
+    loaded, tok, _ = load_model(tmp_path)
+    assert tok.chars == "abcdefghijk"
+    assert all(np.array_equal(loaded.params[k], m.params[k]) for k in m.params)
+
+
+def test_start_text_outside_the_vocabulary_is_a_clear_error(tmp_path):
+    _saved(tmp_path)
+    with pytest.raises(ValueError, match=r"start text: .*'z'.*first at position 2"):
+        sample_text(tmp_path, "abz", 5)
+    with pytest.raises(ValueError, match="empty"):
+        sample_text(tmp_path, "", 5)
+    with pytest.raises(FileNotFoundError, match="best.ckpt"):
+        sample_text(tmp_path, "a", 5, best=True)
+
+
+def test_checkpoint_whose_vocabulary_does_not_fit_the_model_is_refused(tmp_path):
+    _saved(tmp_path, vocab="abc")
+    with pytest.raises(ValueError, match="vocabulary of 3"):
+        load_model(tmp_path)
