@@ -61,8 +61,8 @@ FLOORS = [
     ("verify", ["gradcheck", "selfcheck"]),  # the proofs
     ("formats", ["atomic", "records", "checkpoint"]),  # files
     ("plots", [""]),  # figures
-    ("train", ["data", "optim", "sample", "loop"]),  # training and sampling
-    ("lab", ["lesson", "flow", "sweep"]),  # the gradient-flow lab
+    ("train", ["data", "optim", "dynamics", "sample", "loop"]),  # training and sampling
+    ("lab", ["lesson", "flow", "runs", "sweep"]),  # the gradient-flow lab
     ("perf", ["heap", "bench"]),  # the heap setting, the step timer
     ("cli", ["*"]),  # the command line: flags in, library calls out
 ]

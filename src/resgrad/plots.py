@@ -140,17 +140,20 @@ class PlotSpec:
         object.__setattr__(self, "notes", tuple(self.notes))
 
 
-def new_figure(ncols: int = 1, width: float = 7.0) -> tuple[Figure, list]:
-    """A bare figure of ``ncols`` side-by-side axes on an Agg canvas (no pyplot, no
-    global backend): every resgrad plot starts here."""
+def new_figure(
+    ncols: int = 1, width: float = 7.0, nrows: int = 1, height: float = 4.5
+) -> tuple[Figure, list]:
+    """A bare figure of ``nrows`` x ``ncols`` axes (listed row by row) on an Agg canvas
+    (no pyplot, no global backend): every resgrad plot starts here."""
     # imported here, not at the top: matplotlib takes ~0.3 s to import and most
     # commands never draw
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(width, 4.5), dpi=100)
+    fig = Figure(figsize=(width, height), dpi=100)
     FigureCanvasAgg(fig)  # attaches itself to fig
-    return fig, [fig.add_subplot(1, ncols, i + 1) for i in range(ncols)]
+    n = nrows * ncols
+    return fig, [fig.add_subplot(nrows, ncols, i + 1) for i in range(n)]
 
 
 def figure_bytes(fig: Figure, fmt: str) -> bytes:

@@ -92,7 +92,7 @@ def test_metrics_plot_and_checkpoints(tmp_path, text_file):
     assert last.iteration == 7 and last.vocab == "".join(sorted(set(open(text_file).read())))
     assert last.config["train"] == dataclasses.asdict(cfg)
     assert sorted(os.listdir(cfg.out_dir)) == [
-        "best.ckpt", "last.ckpt", "loss.png", "metrics.jsonl"
+        "best.ckpt", "dynamics.bin", "dynamics.json", "last.ckpt", "loss.png", "metrics.jsonl"
     ]  # fmt: skip
 
 

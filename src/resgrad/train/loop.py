@@ -24,7 +24,11 @@ uninterrupted (tests/train/test_loop.py). A killed run leaves the last checkpoin
 Files in ``out_dir``: ``last.ckpt`` (every evaluation), ``best.ckpt`` (lowest
 validation loss), ``metrics.jsonl`` (one JSON object per step, ``"kind":
 "iter"``, and per evaluation, ``"kind": "eval"``; per-layer gradient norms
-included), ``loss.png`` (refreshed at each evaluation).
+included), ``loss.png`` (refreshed at each evaluation), ``dynamics.bin`` and
+``dynamics.json`` (per-layer gradients, update ratios, stream gradients and
+activations at every step: :mod:`resgrad.train.dynamics`). While training, a
+rate-limited one-line warning names a block whose gradient or update ratio goes
+astray (:class:`resgrad.train.dynamics.DynamicsMonitor`).
 """
 
 from __future__ import annotations
@@ -53,6 +57,14 @@ from resgrad.nn.blocks import INITS, VARIANTS
 from resgrad.nn.model import GPT, GPTConfig, per_block_norms
 from resgrad.plots import figure_bytes, new_figure
 from resgrad.train.data import CharTokenizer, Corpus, get_batch, load_corpus, unigram_entropy
+from resgrad.train.dynamics import (
+    DynamicsMonitor,
+    DynamicsWriter,
+    make_record,
+    rms,
+    snapshot_blocks,
+    update_ratios,
+)
 from resgrad.train.optim import AdamW, AdamWConfig, LRSchedule, clip_grad_norm, grad_norms
 
 __all__ = [
@@ -64,6 +76,7 @@ __all__ = [
     "StepResult",
     "TrainingDiverged",
     "depth_train",
+    "draw_losses",
     "estimate_loss",
     "layer_grad_norms",
     "read_metrics",
@@ -249,7 +262,8 @@ def _smooth(y: np.ndarray, n: int) -> np.ndarray:
     return (c[i] - c[lo]) / (i - lo)  # (N,)
 
 
-def _draw_losses(ax, records: list[dict], label: str = "", color=None) -> None:
+def draw_losses(ax, records: list[dict], label: str = "", color=None) -> None:
+    """Draw on ``ax`` a run's train loss per step (raw, faint; smoothed) and val loss per eval."""
     steps = [r for r in records if r["kind"] == "iter"]
     evals = [r for r in records if r["kind"] == "eval"]
     pre = f"{label} " if label else ""
@@ -268,7 +282,7 @@ def _draw_losses(ax, records: list[dict], label: str = "", color=None) -> None:
 def render_loss_plot(records: list[dict], title: str, entropy: float | None = None) -> bytes:
     """PNG of the training loss per step (raw and smoothed) and the validation loss per eval."""
     fig, (ax,) = new_figure()
-    _draw_losses(ax, records)
+    draw_losses(ax, records)
     if entropy is not None:
         ax.axhline(entropy, color="gray", ls=":", lw=1, label=f"unigram entropy {entropy:.3f}")
     ax.set_xlabel("iteration")
@@ -296,6 +310,9 @@ class StepResult:
     grad_norm: float  # global gradient norm before clipping
     norms: dict[str, float]  # per-parameter gradient norms before clipping
     stream_norms: list[float]  # L + 1 norms of dL/dx_i, the residual stream at block inputs
+    clipped: bool = False  # whether clipping scaled the gradients down
+    update_ratio: np.ndarray | None = None  # (L,) ||dw|| / ||w|| per block (dynamics=True)
+    act_rms: list[float] | None = None  # L RMS of each block's output (dynamics=True)
 
 
 def train_step(
@@ -307,8 +324,14 @@ def train_step(
     grad_clip: float,
     rng: np.random.Generator | None,
     it: int = 0,
+    *,
+    dynamics: bool = False,
 ) -> StepResult:
     """One optimizer step on the batch ``x``, ``y`` (B, T): forward, backward, check, clip, AdamW.
+
+    With ``dynamics``, also measures each block's update ratio (from a copy of its
+    weights taken before the step) and the RMS of each block's output
+    (:mod:`resgrad.train.dynamics`).
 
     Raises
     ------
@@ -336,8 +359,14 @@ def train_step(
             f"{_describe_nonfinite(grads)} (loss {loss:.4f})"
         )
     total = clip_grad_norm(grads, grad_clip, norms)  # 4) global norm <= grad_clip
+    clipped = grad_clip > 0 and grad_clip / (total + 1e-6) < 1.0  # clip_grad_norm's test
+    before = snapshot_blocks(model.params) if dynamics else None
     opt.step(grads, lr=lr)  # 5) AdamW, in place
-    return StepResult(loss, total, norms, [float(np.linalg.norm(d)) for d in dxs])
+    stream = [float(np.linalg.norm(d)) for d in dxs]
+    if not dynamics:
+        return StepResult(loss, total, norms, stream, clipped)
+    ratio = update_ratios(model.params, before, model.cfg.n_layer)  # (L,)
+    return StepResult(loss, total, norms, stream, clipped, ratio, rms(cache.xs[1:]))
 
 
 def resume_config(out_dir: str, **overrides) -> TrainConfig:
@@ -516,6 +545,8 @@ def train(
     )  # fmt: skip
     say = log if log is not None else (lambda s: bar.write(s))
     metrics = open(metrics_path, "a", encoding="utf-8")  # closed in the finally below
+    dyn = DynamicsWriter(out_dir, L, start, log=say, config=dataclasses.asdict(cfg))  # closed below
+    monitor = DynamicsMonitor(say)
     last_eval: dict | None = None
     last_norm: float | None = None
     step_seconds, n_steps = 0.0, 0
@@ -561,8 +592,14 @@ def train(
             t0 = time.perf_counter()
             lr = schedule(it)
             x, y = get_batch(corpus.train, cfg.block_size, cfg.batch_size, run.data_rng)  # (B, T)
-            step = train_step(model, run.opt, x, y, lr, cfg.grad_clip, run.dropout_rng, it)
+            step = train_step(
+                model, run.opt, x, y, lr, cfg.grad_clip, run.dropout_rng, it, dynamics=True
+            )
             loss, last_norm = step.loss, step.grad_norm
+            dyn_rec = make_record(L, it, loss, lr, step.grad_norm, step.clipped, step.norms,
+                                  step.update_ratio, step.stream_norms, step.act_rms)  # fmt: skip
+            dyn.append(dyn_rec)
+            monitor.observe(dyn_rec)
             dt = time.perf_counter() - t0
             step_seconds += dt
             n_steps += 1
@@ -587,6 +624,7 @@ def train(
         raise TrainingDiverged(f"training stopped: {e}; {keep}") from None
     finally:
         metrics.close()
+        dyn.close()
         bar.close()
     if last_eval is None:  # resumed a run that was already complete
         last_eval = next(r for r in reversed(records) if r["kind"] == "eval")
@@ -651,7 +689,7 @@ def render_depth_plot(
     fig, (ax1, ax2) = new_figure(ncols=2, width=12.0)
     colors = {}
     for v, records in runs.items():
-        _draw_losses(ax1, records, label=v)
+        draw_losses(ax1, records, label=v)
         colors[v] = ax1.get_lines()[-1].get_color()
     if entropy is not None:
         ax1.axhline(entropy, color="gray", ls=":", lw=1, label=f"unigram entropy {entropy:.3f}")

@@ -1,0 +1,99 @@
+"""Pictures of training runs: the heatmaps draw the recorded numbers; compare labels runs by
+what differs between them; bad run directories are one-line errors."""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from resgrad.cli import main
+from resgrad.lab.runs import QUANTITIES, compare_figure, dynamics_figure, run_labels
+from resgrad.train.dynamics import DYNAMICS_BIN, read_dynamics
+from resgrad.train.loop import TrainConfig, train
+
+TINY = dict(
+    n_layer=3, n_head=2, n_embd=16, block_size=8, batch_size=4, warmup_iters=2,
+    lr_decay_iters=30, lr=3e-3, eval_interval=5, eval_iters=1, max_iters=10,
+)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("runs")
+    data = root / "data.txt"
+    data.write_text("the quick brown fox jumps over the lazy dog. " * 40, encoding="utf-8")
+    dirs = []
+    for variant in ("pre-ln", "post-ln"):
+        cfg = TrainConfig(**TINY, variant=variant, data=str(data), out_dir=str(root / variant))
+        train(cfg, progress=False, log=lambda s: None)
+        dirs.append(cfg.out_dir)
+    return dirs
+
+
+def test_heatmaps_draw_the_recorded_values(runs):
+    dyn = read_dynamics(runs[0])
+    fig = dynamics_figure(dyn)
+    for r, q in enumerate(QUANTITIES):
+        (image,) = fig.axes[2 * r].get_images()
+        np.testing.assert_array_equal(np.asarray(image.get_array()), dyn[q].T)  # (L, N)
+        assert image.norm.__class__.__name__ == "LogNorm"
+        lines = fig.axes[2 * r + 1].get_lines()
+        assert [ln.get_label() for ln in lines] == ["block 0", "block 1", "block 2"]
+        np.testing.assert_array_equal(lines[2].get_ydata(), dyn[q][:, 2])
+
+
+def test_compare_labels_runs_by_what_differs(runs):
+    assert run_labels([{"variant": "a", "lr": 1, "out_dir": "x"},
+                       {"variant": "b", "lr": 1, "out_dir": "y"}],
+                      ["x", "y"]) == ["variant=a", "variant=b"]  # fmt: skip
+    assert run_labels([{"lr": 1}, {"lr": 1}], ["runs/a", "runs/b/"]) == ["a", "b"]
+    fig = compare_figure([read_dynamics(d) for d in runs], "stream_grad", layers=(0, 2))
+    labels = [ln.get_label() for ln in fig.axes[2].get_lines()]
+    assert labels == ["variant=pre-ln", "variant=post-ln"]
+    prof = fig.axes[2].get_lines()[1].get_ydata()
+    last = read_dynamics(runs[1])["stream_grad"][-1:]  # the last 10% of 10 steps: one step
+    np.testing.assert_allclose(prof, last.mean(axis=0), rtol=1e-6)
+
+
+def test_the_commands_draw_files(runs, tmp_path, capsys):
+    assert main(["dynamics", runs[0], "--quantities", "grad,update", "--layers", "0,2"]) == 0
+    assert os.path.getsize(os.path.join(runs[0], "dynamics.png")) > 1000
+    out = str(tmp_path / "cmp.svg")
+    assert main(["compare", *runs, "--quantity", "act_rms", "--out", out]) == 0
+    assert "<svg" in open(out).read()[:400]
+
+
+def _resgrad(*args):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    return subprocess.run([sys.executable, "-m", "resgrad", *args], capture_output=True,
+                          text=True, env=env)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["dynamics", "/nonexistent-run"], "is not a directory"),
+        (["dynamics", "{tmp}"], "holds no dynamics records"),
+        (["dynamics", "{run}", "--layers", "9"], "layer 9 does not exist"),
+        (["dynamics", "{run}", "--quantities", "grad,nope"], "unknown name 'nope'"),
+        (["compare", "{run}", "--quantity", "nope"], "invalid choice: 'nope'"),
+        (["dynamics", "{run}", "--out", "{tmp}/x.jpg"], "expected a file name ending in"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2(runs, tmp_path, args, message):
+    args = [a.format(tmp=tmp_path, run=runs[0]) for a in args]
+    p = _resgrad(*args)
+    assert p.returncode == 2, p.stderr
+    assert message in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+
+
+def test_a_torn_record_is_ignored_and_said(runs, tmp_path):
+    import shutil
+
+    run = shutil.copytree(runs[0], tmp_path / "torn")
+    with open(run / DYNAMICS_BIN, "ab") as f:
+        f.write(b"\x00" * 5)
+    p = _resgrad("dynamics", str(run))
+    assert p.returncode == 0 and "torn last record, 5 bytes" in p.stdout

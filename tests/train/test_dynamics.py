@@ -1,0 +1,182 @@
+"""Per-layer training dynamics: each recorded number is what it says, and the file survives
+kills, torn writes and resumes."""
+
+import os
+
+import numpy as np
+import pytest
+
+from resgrad.nn.model import GPT, GPTConfig
+from resgrad.train.dynamics import (
+    DYNAMICS_BIN,
+    DYNAMICS_HEADER,
+    DynamicsMonitor,
+    DynamicsWriter,
+    make_record,
+    read_dynamics,
+    record_dtype,
+)
+from resgrad.train.loop import TrainConfig, resume_config, train, train_step
+from resgrad.train.optim import AdamW, AdamWConfig, grad_norms
+
+TINY = dict(
+    n_layer=3, n_head=2, n_embd=16, block_size=8, batch_size=4, warmup_iters=2,
+    lr_decay_iters=30, lr=3e-3, eval_interval=5, eval_iters=1,
+)  # fmt: skip
+
+
+@pytest.fixture
+def text_file(tmp_path):
+    p = tmp_path / "data.txt"
+    p.write_text("the quick brown fox jumps over the lazy dog. " * 40, encoding="utf-8")
+    return str(p)
+
+
+def _train(tmp_path, name, text_file, **kw):
+    cfg = TrainConfig(**{**TINY, "data": text_file, "out_dir": str(tmp_path / name), **kw})
+    lines = []
+    train(cfg, progress=False, log=lines.append)
+    return cfg.out_dir, lines
+
+
+@pytest.mark.parametrize("variant", ["pre-ln", "rezero"])
+def test_a_step_records_what_it_says(variant):
+    """Every per-block number equals its definition, computed here from scratch in float64."""
+    cfg = GPTConfig(vocab_size=11, block_size=8, n_layer=3, n_head=2, n_embd=16, variant=variant)
+    model = GPT(cfg, seed=0, dtype=np.float64)
+    opt = AdamW(model.params, AdamWConfig(lr=1e-2, weight_decay=0.1))
+    rng = np.random.default_rng(1)
+    x, y = rng.integers(0, 11, (4, 8)), rng.integers(0, 11, (4, 8))
+    before = {k: p.copy() for k, p in model.params.items()}
+    _, _, cache = model.forward(x, y)
+    grads, dxs = model.backward_stream(cache)
+    step = train_step(model, opt, x, y, 1e-2, 0.5, None, dynamics=True)
+    rec = make_record(3, 7, step.loss, 1e-2, step.grad_norm, step.clipped, step.norms,
+                      step.update_ratio, step.stream_norms, step.act_rms)  # fmt: skip
+    assert rec["step"] == 7 and rec["clipped"] == (step.grad_norm > 0.5)
+    for i in range(3):
+        keys = [k for k in before if k.startswith(f"blocks.{i}.")]
+
+        def norm(arrs, ks):
+            return np.sqrt(sum(np.sum(arrs[k] ** 2) for k in ks))
+
+        dw = {k: model.params[k] - before[k] for k in keys}
+        np.testing.assert_allclose(rec["update"][i], norm(dw, keys) / norm(before, keys), 1e-6)
+        np.testing.assert_allclose(rec["grad"][i], norm(grads, keys), rtol=1e-6)
+        attn = [k for k in keys if ".attn." in k]
+        mlp = [k for k in keys if ".mlp." in k]
+        rest = [k for k in keys if k not in attn and k not in mlp]
+        np.testing.assert_allclose(rec["grad_attn"][i], norm(grads, attn), rtol=1e-6)
+        np.testing.assert_allclose(rec["grad_mlp"][i], norm(grads, mlp), rtol=1e-6)
+        np.testing.assert_allclose(rec["grad_ln"][i], norm(grads, rest), rtol=1e-6, atol=1e-30)
+        out = cache.xs[i + 1]  # block i's output
+        np.testing.assert_allclose(rec["act_rms"][i], np.sqrt(np.mean(out**2)), rtol=1e-6)
+    np.testing.assert_allclose(rec["stream_grad"], [np.linalg.norm(d) for d in dxs], rtol=1e-6)
+    np.testing.assert_allclose(rec["grad_norm"], np.sqrt(sum(grad_norms(grads)[k] ** 2
+                               for k in grads)), rtol=1e-6)  # fmt: skip
+
+
+def test_update_ratio_sees_a_frozen_block():
+    """Not vacuous: a block whose update is undone records an update ratio of exactly 0."""
+    cfg = GPTConfig(vocab_size=11, block_size=8, n_layer=2, n_head=2, n_embd=16)
+    model = GPT(cfg, seed=0, dtype=np.float64)
+    opt = AdamW(model.params)
+    real_step = opt.step
+
+    def step_all_but_block_1(grads, lr=None):
+        keep = {k: p.copy() for k, p in model.params.items() if k.startswith("blocks.1.")}
+        real_step(grads, lr)
+        for k, p in keep.items():
+            model.params[k][...] = p
+
+    opt.step = step_all_but_block_1
+    rng = np.random.default_rng(1)
+    x, y = rng.integers(0, 11, (2, 8)), rng.integers(0, 11, (2, 8))
+    ratio = train_step(model, opt, x, y, 1e-3, 1.0, None, dynamics=True).update_ratio
+    assert ratio[0] > 1e-5 and ratio[1] == 0.0
+
+
+def test_training_writes_one_record_per_step(tmp_path, text_file):
+    out, _ = _train(tmp_path, "run", text_file, max_iters=12)
+    dyn = read_dynamics(out)
+    assert dyn.steps.tolist() == list(range(12)) and dyn.torn_bytes == 0
+    assert dyn.n_layer == 3 and dyn["grad"].shape == (12, 3)
+    assert dyn["stream_grad"].shape == (12, 4)
+    assert dyn.config["variant"] == "pre-ln" and dyn.config["n_layer"] == 3
+    assert os.path.getsize(os.path.join(out, DYNAMICS_BIN)) == 12 * record_dtype(3).itemsize
+    assert np.all(np.isfinite(dyn["update"])) and np.all(dyn["update"] > 0)
+
+
+def test_resume_after_a_kill_gives_the_same_bytes(tmp_path, text_file):
+    """Killed after its checkpoint, mid-record, then resumed: the same bytes as an unbroken run."""
+    whole, _ = _train(tmp_path, "whole", text_file, max_iters=20)
+    half, _ = _train(tmp_path, "half", text_file, max_iters=10)
+    # what a kill -9 leaves: steps past the checkpoint (10), then half a record
+    junk = np.zeros(3, dtype=record_dtype(3))
+    junk["step"] = [10, 11, 12]
+    with open(os.path.join(half, DYNAMICS_BIN), "ab") as f:
+        f.write(junk.tobytes() + b"\x01" * 17)
+    assert read_dynamics(half).torn_bytes == 17  # seen and ignored by the reader
+    train(resume_config(half, max_iters=20), progress=False, log=lambda s: None)
+    a = open(os.path.join(whole, DYNAMICS_BIN), "rb").read()
+    b = open(os.path.join(half, DYNAMICS_BIN), "rb").read()
+    assert len(a) == 20 * record_dtype(3).itemsize and a == b
+
+
+def test_resume_without_dynamics_says_so_and_goes_on(tmp_path, text_file):
+    half, _ = _train(tmp_path, "half", text_file, max_iters=10)
+    os.unlink(os.path.join(half, DYNAMICS_HEADER))
+    lines = []
+    train(resume_config(half, max_iters=15), progress=False, log=lines.append)
+    assert any("dynamics" in ln and "from step 10" in ln for ln in lines), lines
+    assert read_dynamics(half).steps.tolist() == list(range(10, 15))
+
+
+@pytest.mark.parametrize(
+    "header, message",
+    [(None, "holds no dynamics records"), ("{}", "not a resgrad dynamics header"),
+     ("not json", "not a resgrad dynamics header")],
+)  # fmt: skip
+def test_read_dynamics_errors(tmp_path, header, message):
+    if header is not None:
+        (tmp_path / DYNAMICS_HEADER).write_text(header)
+        (tmp_path / DYNAMICS_BIN).write_bytes(b"")
+    with pytest.raises(ValueError, match=message):
+        read_dynamics(tmp_path)
+    with pytest.raises(ValueError, match="not a directory"):
+        read_dynamics(tmp_path / "nope")
+
+
+def _record(step, grad, update):
+    L = len(grad)
+    rec = np.zeros((), dtype=record_dtype(L))
+    rec["step"], rec["grad"], rec["update"] = step, grad, update
+    return rec
+
+
+def test_monitor_names_block_step_and_value_and_is_rate_limited():
+    said = []
+    mon = DynamicsMonitor(said.append, every=100)
+    healthy = _record(0, [1.0, 2.0, 1.5, 1.2], [1e-3] * 4)
+    assert mon.observe(healthy) == []
+    vanishing = _record(5, [1e-7, 2.0, 1.5, 1.2], [1e-3, 1e-3, 0.5, 1e-3])
+    lines = mon.observe(vanishing)
+    assert len(lines) == 2 and said == lines
+    assert "step 5" in lines[0] and "block 0" in lines[0] and "1e-07" in lines[0]
+    assert "step 5" in lines[1] and "block 2" in lines[1] and "0.5" in lines[1]
+    assert mon.observe(_record(50, [1e-7, 2.0, 1.5, 1.2], [1e-3, 1e-3, 0.5, 1e-3])) == []
+    again = mon.observe(_record(105, [1.0, 2.0, 1.5, 1e5], [1e-7, 1e-3, 1e-3, 1e-3]))
+    assert "block 3" in again[0] and "block 0" in again[1] and "step 105" in again[0]
+
+
+def test_training_warns_when_a_layer_vanishes(tmp_path, text_file):
+    """A residual-free stack at width 16: block 0's gradient falls far below the median's."""
+    _, lines = _train(tmp_path, "none", text_file, max_iters=30, variant="none", n_layer=8,
+                      lr=3e-2, warmup_iters=0)  # fmt: skip
+    warned = [ln for ln in lines if ln.startswith("warning:")]
+    assert warned and len(warned) <= 4  # rate-limited: at most one per check per 100 steps
+
+
+def test_writer_rejects_a_foreign_record(tmp_path):
+    with DynamicsWriter(tmp_path, 2) as w, pytest.raises(ValueError, match="dtype"):
+        w.append(np.zeros((), dtype=record_dtype(3)))
