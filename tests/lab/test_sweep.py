@@ -189,7 +189,7 @@ def test_dask_on_a_loopback_local_cluster_gives_exactly_the_same_rows(tmp_path, 
             progress=False,
         )  # fmt: skip
         # the points really ran as tasks of this cluster's scheduler
-        assert any("_job" in name for name in cluster.scheduler.task_prefixes)
+        assert any("_keyed" in name for name in cluster.scheduler.task_prefixes)
     assert res.rows == reference and res.computed == 24
     assert (tmp_path / "d.png").read_bytes()[:4] == b"\x89PNG"
     assert sorted(os.listdir(tmp_path)) == ["d.csv", "d.png"]

@@ -35,7 +35,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import joblib
@@ -49,12 +49,15 @@ from resgrad.plots import PlotSpec, Series, plot_format, save_plot
 
 __all__ = [
     "BACKENDS",
+    "GridResult",
     "ROW_FIELDS",
     "SweepConfig",
     "SweepResult",
     "point_key",
     "rows_to_csv",
     "rows_to_json",
+    "check_backend",
+    "run_grid",
     "run_point",
     "run_sweep",
     "sidecar_path",
@@ -170,9 +173,9 @@ def run_point(cfg: FlowConfig) -> list[dict]:
     ]
 
 
-def _job(cfg: FlowConfig) -> tuple[str, list[dict]]:
+def _job(cfg: FlowConfig) -> list[dict]:
     # looked up by name at call time, so that a test can wrap run_point
-    return point_key(cfg), run_point(cfg)
+    return run_point(cfg)
 
 
 def rows_to_csv(rows: Sequence[dict]) -> str:
@@ -277,6 +280,96 @@ def _connect(scheduler: str, timeout: float):
         ) from None
 
 
+@dataclass(frozen=True)
+class GridResult:
+    """What :func:`run_grid` produced."""
+
+    done: dict[str, list[dict]]  # point key -> its rows, every point of the grid
+    computed: int  # points computed by this run
+    resumed: int  # points taken from a previous, interrupted run's sidecar
+
+
+def check_backend(
+    jobs: int | None, backend: str, scheduler: str | None, connect_timeout: float
+) -> int:
+    """Validate where a grid runs; return the number of local jobs (every core by default)."""
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    if backend == "dask" and not scheduler:
+        raise ValueError("backend 'dask' needs a scheduler address, e.g. tcp://127.0.0.1:8786")
+    if backend != "dask" and scheduler:
+        raise ValueError(f"a scheduler address is for backend 'dask', got backend {backend!r}")
+    if jobs is None:
+        jobs = os.cpu_count() or 1
+    if isinstance(jobs, bool) or not isinstance(jobs, (int, np.integer)) or jobs < 1:
+        raise ValueError(f"jobs must be a positive integer, got {jobs!r}")
+    if not (isinstance(connect_timeout, (int, float)) and connect_timeout > 0):
+        raise ValueError(f"connect_timeout must be a positive number, got {connect_timeout!r}")
+    return int(jobs)
+
+
+def _keyed(job: Callable[[object], list[dict]], key: str, point: object):
+    return key, job(point)
+
+
+def run_grid(
+    points: Sequence[tuple[str, object]],
+    job: Callable[[object], list[dict]],
+    side: str,
+    *,
+    jobs: int | None = None,
+    backend: str = "loky",
+    scheduler: str | None = None,
+    connect_timeout: float = 5.0,
+    progress: bool | None = None,
+    desc: str = "sweep",
+) -> GridResult:
+    """Run ``job`` on every (key, point) not already in the sidecar file ``side``.
+
+    The machinery behind ``resgrad sweep`` and ``resgrad experiment``: points run on
+    local cores (joblib's loky) or a Dask cluster, each finished point is appended and
+    fsynced to ``side`` (see the module docstring), and a rerun skips what is there.
+    ``job`` must be a module-level function (it is pickled to the workers) returning
+    the point's rows; each point must seed its own randomness, so that the rows do not
+    depend on the backend or the order the points finish in.
+    """
+    jobs = check_backend(jobs, backend, scheduler, connect_timeout)
+    client = _connect(scheduler, connect_timeout) if backend == "dask" else None
+    try:
+        done = _load_sidecar(side)  # point key -> rows, from an interrupted run
+        todo = [(k, p) for k, p in points if k not in done]
+        resumed = len(points) - len(todo)
+        disable = None if progress is None else not progress  # None: only on a terminal
+        if todo and not os.path.exists(side):
+            atomic_write_text(side, _SIDECAR_HEADER)
+        with (
+            tqdm(
+                total=len(points), initial=resumed, desc=desc, unit="config", disable=disable
+            ) as bar,
+            open(side, "a", encoding="utf-8") if todo else contextlib.nullcontext() as partial,
+        ):
+            if todo:
+                if client is not None:
+                    # the client is handed to joblib's dask backend, not made the global default
+                    ctx = joblib.parallel_config(backend="dask", client=client)
+                    n_jobs = -1
+                else:
+                    ctx = joblib.parallel_config(backend="loky")
+                    n_jobs = min(jobs, len(todo))
+                with ctx:
+                    results = joblib.Parallel(n_jobs=n_jobs, return_as="generator_unordered")(
+                        joblib.delayed(_keyed)(job, k, p) for k, p in todo
+                    )
+                    for key, rows in results:
+                        done[key] = rows
+                        _append_sidecar(partial, key, rows)  # a crash from here loses nothing
+                        bar.update(1)
+    finally:
+        if client is not None:
+            client.close()
+    return GridResult(done=done, computed=len(todo), resumed=resumed)
+
+
 def run_sweep(
     cfg: SweepConfig,
     out: str | os.PathLike,
@@ -328,57 +421,15 @@ def run_sweep(
         plot = os.fspath(plot)
         plot_format(plot)
         _check_writable(plot, "the plot")
-    if backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
-    if backend == "dask" and not scheduler:
-        raise ValueError("backend 'dask' needs a scheduler address, e.g. tcp://127.0.0.1:8786")
-    if backend != "dask" and scheduler:
-        raise ValueError(f"a scheduler address is for backend 'dask', got backend {backend!r}")
-    if jobs is None:
-        jobs = os.cpu_count() or 1
-    if isinstance(jobs, bool) or not isinstance(jobs, (int, np.integer)) or jobs < 1:
-        raise ValueError(f"jobs must be a positive integer, got {jobs!r}")
-    if not (isinstance(connect_timeout, (int, float)) and connect_timeout > 0):
-        raise ValueError(f"connect_timeout must be a positive number, got {connect_timeout!r}")
+    check_backend(jobs, backend, scheduler, connect_timeout)
 
-    client = _connect(scheduler, connect_timeout) if backend == "dask" else None
-    try:
-        points = cfg.points()
-        side = sidecar_path(out)
-        done = _load_sidecar(side)  # point key -> rows, from an interrupted run
-        keys = [point_key(p) for p in points]
-        todo = [p for p, k in zip(points, keys) if k not in done]
-        resumed = len(points) - len(todo)
-        disable = None if progress is None else not progress  # None: only on a terminal
-        if todo and not os.path.exists(side):
-            atomic_write_text(side, _SIDECAR_HEADER)
-        with (
-            tqdm(
-                total=len(points), initial=resumed, desc="sweep", unit="config", disable=disable
-            ) as bar,
-            open(side, "a", encoding="utf-8") if todo else contextlib.nullcontext() as partial,
-        ):
-            if todo:
-                if client is not None:
-                    # the client is handed to joblib's dask backend, not made the global default
-                    ctx = joblib.parallel_config(backend="dask", client=client)
-                    n_jobs = -1
-                else:
-                    ctx = joblib.parallel_config(backend="loky")
-                    n_jobs = min(int(jobs), len(todo))
-                with ctx:
-                    results = joblib.Parallel(n_jobs=n_jobs, return_as="generator_unordered")(
-                        joblib.delayed(_job)(p) for p in todo
-                    )
-                    for key, rows in results:
-                        done[key] = rows
-                        _append_sidecar(partial, key, rows)  # a crash from here loses nothing
-                        bar.update(1)
-    finally:
-        if client is not None:
-            client.close()
-
-    rows = [r for k in keys for r in done[k]]
+    points = cfg.points()
+    keys = [point_key(p) for p in points]
+    side = sidecar_path(out)
+    grid = run_grid(list(zip(keys, points)), _job, side, jobs=jobs, backend=backend,
+                    scheduler=scheduler, connect_timeout=connect_timeout,
+                    progress=progress)  # fmt: skip
+    rows = [r for k in keys for r in grid.done[k]]
     text = rows_to_csv(rows) if OUT_FORMATS[ext] == "csv" else rows_to_json(rows)
     atomic_write_text(out, text)
     spec = None
@@ -386,7 +437,7 @@ def run_sweep(
         spec = save_plot(sweep_plot_spec(rows), plot)
     if os.path.exists(side):
         os.unlink(side)
-    return SweepResult(rows=rows, computed=len(todo), resumed=resumed, plot=spec)
+    return SweepResult(rows=rows, computed=grid.computed, resumed=grid.resumed, plot=spec)
 
 
 def sweep_plot_spec(rows: Sequence[dict]) -> PlotSpec:
