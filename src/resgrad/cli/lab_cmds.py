@@ -1,4 +1,4 @@
-"""``resgrad dynamics`` and ``resgrad compare``: how training runs went, layer by layer."""
+"""The lab's commands on training: ``dynamics``, ``compare``, ``experiment``, ``claims``."""
 
 from __future__ import annotations
 
@@ -6,6 +6,8 @@ import argparse
 import os
 
 from resgrad.cli import _common
+from resgrad.lab.claims import CLAIMS, claim_table, format_claims
+from resgrad.lab.experiments import EXPERIMENTS, ExperimentConfig, format_summary, run_experiment
 from resgrad.lab.runs import (
     QUANTITIES,
     compare_figure,
@@ -13,6 +15,8 @@ from resgrad.lab.runs import (
     load_runs,
     save_figure,
 )
+from resgrad.lab.sweep import BACKENDS
+from resgrad.nn.blocks import INITS, VARIANTS
 from resgrad.plots import plot_format
 
 
@@ -70,6 +74,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default="compare.png", help="PNG or SVG (default: compare.png)")
     p.set_defaults(func=cmd_compare)
 
+    register_experiment(sub)
+    register_claims(sub)
+
 
 def cmd_dynamics(args: argparse.Namespace) -> int:
     out = args.out or os.path.join(args.run_dir, "dynamics.png")
@@ -86,4 +93,95 @@ def cmd_compare(args: argparse.Namespace) -> int:
     dyns = load_runs(args.run_dirs)
     save_figure(compare_figure(dyns, args.quantity, args.layers), args.out)
     print(f"{len(dyns)} runs compared in {args.out}")
+    return 0
+
+
+def _float_list(text: str) -> tuple[float, ...]:
+    parts = [p.strip() for p in text.split(",")]
+    if not text.strip() or any(p == "" for p in parts):
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}")
+    return tuple(_common.positive_float(p) for p in parts)
+
+
+# flag -> (ExperimentConfig field, type, help); None keeps the experiment's default
+EXPERIMENT_FLAGS = [
+    ("--variants", _common.name_list(VARIANTS), "residual schemes, comma-separated"),
+    ("--depths", _common.int_list, "numbers of layers, comma-separated"),
+    ("--lrs", _float_list, "peak learning rates, comma-separated"),
+    ("--warmups", _nonneg_int_list, "warm-up steps, comma-separated (0: none)"),
+    ("--seeds", _common.positive_int, "seeds 0..K-1 of every cell"),
+    ("--max-iters", _common.positive_int, "steps per cell"),
+    ("--n-embd", _common.positive_int, "width C"),
+    ("--n-head", _common.positive_int, "heads H"),
+    ("--block-size", _common.positive_int, "context length T"),
+    ("--batch-size", _common.positive_int, "sequences per step B"),
+    ("--eval-interval", _common.positive_int, "steps between evaluations"),
+    ("--eval-iters", _common.positive_int, "batches per split per evaluation"),
+    ("--grad-clip", _common.finite_float, "clip the global gradient norm (0: off)"),
+    ("--init", None, "weight initialization"),
+    ("--data", str, "a UTF-8 text file (default: the built-in corpus)"),
+]
+
+
+def register_experiment(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "experiment",
+        help="the papers' training experiments over seeds (warmup, depth, residual)",
+        description="Train a grid of runs (scheme x depth x learning rate x warm-up x seed) "
+        "on local cores or a Dask cluster, then report the final validation loss as mean ± "
+        "std over seeds, a table (summary.md), every cell (cells.csv) and a figure. "
+        "warmup: pre-LN vs post-LN with and without warm-up (Xiong et al. 2020). depth: "
+        "pre-LN, post-LN and DeepNorm as depth grows (Wang et al. 2022). residual: a "
+        "12-layer GPT with and without + x. Run again after a crash: finished cells are kept.",
+    )
+    p.add_argument("name", choices=EXPERIMENTS, help="which experiment")
+    p.add_argument("--out-dir", default=None, help="where the runs and results go "
+                   "(default: out-experiment-NAME)")  # fmt: skip
+    for flag, typ, help_ in EXPERIMENT_FLAGS:
+        kw = {"choices": INITS} if flag == "--init" else {}
+        p.add_argument(flag, type=typ or str, default=None,
+                       help=help_ + " (default: the experiment's)", **kw)  # fmt: skip
+    p.add_argument("--jobs", type=_common.positive_int, default=None,
+                   help="local worker processes (default: every core)")  # fmt: skip
+    p.add_argument("--backend", choices=BACKENDS, default="loky",
+                   help="loky: local cores; dask: a cluster at --scheduler")  # fmt: skip
+    p.add_argument("--scheduler", default=None, help="Dask scheduler address, tcp://HOST:PORT")
+    p.add_argument("--connect-timeout", type=_common.positive_float, default=5.0,
+                   help="seconds to wait for the scheduler (default: 5)")  # fmt: skip
+    p.set_defaults(func=cmd_experiment)
+
+
+def cmd_experiment(args: argparse.Namespace) -> int:
+    over = {f.lstrip("-").replace("-", "_"): getattr(args, f.lstrip("-").replace("-", "_"))
+            for f, _, _ in EXPERIMENT_FLAGS}  # fmt: skip
+    cfg = ExperimentConfig.defaults(args.name, **{k: v for k, v in over.items() if v is not None})
+    out_dir = args.out_dir or f"out-experiment-{args.name}"
+    result = run_experiment(cfg, out_dir, jobs=args.jobs, backend=args.backend,
+                            scheduler=args.scheduler, connect_timeout=args.connect_timeout,
+                            progress=None)  # fmt: skip
+    print(format_summary(result["summary"], result["unigram_entropy"]))
+    print(f"figure: {out_dir}/{args.name}.png, table: {out_dir}/summary.md, "
+          f"every cell: {out_dir}/cells.csv, runs: {out_dir}/runs/")  # fmt: skip
+    return 0
+
+
+def register_claims(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "claims",
+        help="DeepNet's update size and GPT-2's scaled init, measured over seeds",
+        description="update-size: ||x_L' - x_L|| / ||x_L|| after one SGD step (lr 1e-2, Xavier "
+        "init) for post-LN and DeepNorm (Wang et al. 2022). scaled-init: ||x_L|| / ||x_0|| of a "
+        "pre-LN stack with GPT-2's 1/sqrt(2L) output projections and with it undone (Radford "
+        "et al. 2019). Prints mean ± std and min..max over the seeds.",
+    )
+    p.add_argument("claim", choices=CLAIMS, help="which claim")
+    p.add_argument("--depths", type=_common.int_list, default=(6, 24, 96),
+                   help="comma-separated depths (default: 6,24,96)")  # fmt: skip
+    p.add_argument("--seeds", type=_common.positive_int, default=10,
+                   help="seeds 0..K-1 (default: 10)")  # fmt: skip
+    p.set_defaults(func=cmd_claims)
+
+
+def cmd_claims(args: argparse.Namespace) -> int:
+    print(format_claims(claim_table(args.claim, args.depths, range(args.seeds))))
     return 0
