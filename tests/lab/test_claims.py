@@ -1,0 +1,61 @@
+"""DeepNet's bounded update and GPT-2's scaled init: each claim's direction holds at every seed."""
+
+import numpy as np
+import pytest
+
+from resgrad.cli import main
+from resgrad.lab.claims import claim_table, format_claims, stream_growth, update_size
+from resgrad.nn.model import GPT, GPTConfig
+
+SEEDS = range(5)
+
+
+def test_deepnorm_bounds_the_model_update_post_ln_does_not():
+    """Wang et al. 2022: one SGD step moves DeepNorm's output by about 1%, at every depth."""
+    for s in SEEDS:
+        dn = [update_size("deepnorm", L, s) for L in (6, 24)]
+        post = [update_size("post-ln", L, s) for L in (6, 24)]
+        assert max(dn) < 0.05, (s, dn)  # bounded: ~0.01
+        assert max(dn) / min(dn) < 2, (s, dn)  # and flat in depth
+        assert all(p > 3 * d for p, d in zip(post, dn)), (s, post, dn)  # 5-100x larger
+
+
+def test_update_size_is_what_it_says():
+    """By hand: the same step on a 2-layer post-LN model."""
+    cfg = GPTConfig(vocab_size=65, block_size=8, n_layer=2, n_head=4, n_embd=32,
+                    variant="post-ln", init="xavier")  # fmt: skip
+    gpt = GPT(cfg, seed=3, dtype=np.float64)
+    ids = np.random.default_rng([3, 1]).integers(0, 65, size=(4, 9))
+    _, _, c0 = gpt.forward(ids[:, :-1], ids[:, 1:])
+    grads = gpt.backward(c0)
+    for k in gpt.params:
+        if k.startswith("blocks."):
+            gpt.params[k] = gpt.params[k] - 0.05 * grads[k]
+    _, _, c1 = gpt.forward(ids[:, :-1], ids[:, 1:])
+    want = np.linalg.norm(c1.xs[-1] - c0.xs[-1]) / np.linalg.norm(c0.xs[-1])
+    assert update_size("post-ln", 2, 3, lr=0.05) == pytest.approx(want, rel=1e-12)
+    assert update_size("post-ln", 2, 3, lr=0.0) == 0.0
+
+
+def test_gpt2_scaled_init_keeps_the_stream_from_growing_with_depth():
+    """Radford et al. 2019: w_proj / sqrt(2L) keeps ||x_L|| / ||x_0|| flat; undone, it grows."""
+    for s in range(3):
+        scaled = [stream_growth(L, s, True) for L in (6, 48)]  # ~1.07, ~1.06
+        unscaled = [stream_growth(L, s, False) for L in (6, 48)]  # ~1.6, ~4.1
+        assert abs(scaled[1] / scaled[0] - 1) < 0.1, (s, scaled)
+        assert unscaled[1] > 1.5 * unscaled[0], (s, unscaled)
+        assert unscaled[1] > 1.5 * scaled[1], (s, unscaled, scaled)
+
+
+def test_the_table_is_mean_and_spread_over_seeds(capsys):
+    rows = claim_table("scaled-init", depths=(4,), seeds=(0, 1, 2))
+    assert [r.setting for r in rows] == ["scaled", "unscaled"]
+    vals = [stream_growth(4, s, True) for s in (0, 1, 2)]
+    assert rows[0].values == tuple(vals) and rows[0].mean == pytest.approx(np.mean(vals))
+    assert rows[0].std == pytest.approx(np.std(vals, ddof=1))
+    assert "| scaled-init | scaled | 4 |" in format_claims(rows)
+    assert main(["claims", "update-size", "--depths", "2", "--seeds", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "over 3 seeds" in out and "| update-size | deepnorm | 2 |" in out
+    with pytest.raises(ValueError, match="unknown claim"):
+        claim_table("nope")
