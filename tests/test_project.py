@@ -62,7 +62,7 @@ FLOORS = [
     ("formats", ["atomic", "records", "checkpoint"]),  # files
     ("plots", [""]),  # figures
     ("train", ["data", "optim", "sample", "loop"]),  # training and sampling
-    ("lab", ["lesson", "flow", "sweep"]),  # the gradient-flow lab
+    ("lab", ["lesson", "flow", "sweep", "explore"]),  # the gradient-flow lab
     ("perf", ["heap", "bench"]),  # the heap setting, the step timer
     ("cli", ["*"]),  # the command line: flags in, library calls out
 ]
