@@ -61,6 +61,17 @@ def outputs(nb, mime):
     ]
 
 
+def widget_outputs(nb):
+    """The outputs held by the notebook's Output widgets (what an interact callback drew)."""
+    state = nb.metadata.get("widgets", {}).get("application/vnd.jupyter.widget-state+json", {})
+    return [
+        o
+        for model in state.get("state", {}).values()
+        if model["model_name"] == "OutputModel"
+        for o in model["state"].get("outputs", [])
+    ]
+
+
 def test_there_are_notebooks():
     names = [p.name for p in NOTEBOOKS]
     assert names == ["01_residual_connections.ipynb", "02_gradient_flow_explorer.ipynb"]
@@ -85,6 +96,11 @@ def test_notebook_runs_top_to_bottom(path, monkeypatch, tmp_path):
     assert errors == []
     # the plots are drawn inline, as images: a reader without widgets still sees them
     assert len(outputs(nb, "image/png")) >= 2, path.name
+    # an Output widget swallows its callback's exception into its own outputs: look there too
+    drawn = widget_outputs(nb)
+    assert [o for o in drawn if o.get("output_type") == "error"] == []
+    if path.name.startswith("02_"):  # the explorer's widgets called explore_figure and drew
+        assert any("image/png" in o.get("data", {}) for o in drawn)
 
 
 def test_a_broken_cell_fails_the_run(monkeypatch, tmp_path):
