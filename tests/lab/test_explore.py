@@ -118,6 +118,7 @@ def test_an_overflow_is_drawn_as_gaps_with_a_note():
         ({"width": 0}, ValueError, "width must be a positive integer, got 0"),
         ({"init": "he"}, ValueError, "init must be one of gpt2, xavier, got 'he'"),
         ({"quantity": "loss"}, ValueError, "quantity must be one of .*got 'loss'"),
+        ({"seeds": 3}, TypeError, "seeds must be a sequence of integers, got 3"),
     ],
 )
 def test_bad_input_is_named(kwargs, error, msg):

@@ -117,7 +117,7 @@ def explore_records(
     for scheme in _schemes(schemes):
         cfg = FlowConfig(
             variant=scheme, depth=depth, width=width, heads=heads, seq=seq, batch=batch,
-            init=init, loss=loss, seeds=tuple(seeds), scale=scale,
+            init=init, loss=loss, seeds=seeds, scale=scale,
         )  # fmt: skip
         # a large gain can overflow float64: that is a result (inf or NaN), not a warning
         with np.errstate(all="ignore"):
