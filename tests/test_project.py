@@ -62,7 +62,7 @@ FLOORS = [
     ("formats", ["atomic", "records", "checkpoint"]),  # files
     ("plots", [""]),  # figures
     ("train", ["data", "optim", "dynamics", "sample", "loop"]),  # training and sampling
-    ("lab", ["lesson", "flow", "claims", "runs", "sweep", "experiments"]),  # the gradient-flow lab
+    ("lab", ["lesson", "flow", "claims", "explore", "runs", "sweep", "experiments"]),  # the lab
     ("perf", ["heap", "bench"]),  # the heap setting, the step timer
     ("cli", ["*"]),  # the command line: flags in, library calls out
 ]
