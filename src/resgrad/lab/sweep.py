@@ -42,7 +42,8 @@ import joblib
 import numpy as np
 from tqdm.auto import tqdm
 
-from resgrad.formats.atomic import atomic_write_text
+from resgrad.formats.atomic import atomic_write_text, remove_stale_temporaries
+from resgrad.formats.lock import hold_lock, lock_path_for
 from resgrad.formats.records import to_csv, to_json
 from resgrad.lab.flow import LOSSES, FlowConfig, profile
 from resgrad.plots import PlotSpec, Series, plot_format, save_plot
@@ -342,7 +343,13 @@ def run_sweep(
         raise ValueError(f"connect_timeout must be a positive number, got {connect_timeout!r}")
 
     client = _connect(scheduler, connect_timeout) if backend == "dask" else None
-    try:
+    # one sweep at a time writes OUT (and its sidecar): a second fails at once, naming the holder
+    with (
+        contextlib.closing(client) if client is not None else contextlib.nullcontext(),
+        hold_lock(lock_path_for(out, directory=False), f"sweep output {out!r}"),
+    ):
+        names = [os.path.basename(out), os.path.basename(sidecar_path(out))]
+        remove_stale_temporaries(os.path.dirname(os.path.abspath(out)), names)
         points = cfg.points()
         side = sidecar_path(out)
         done = _load_sidecar(side)  # point key -> rows, from an interrupted run
@@ -374,19 +381,16 @@ def run_sweep(
                         done[key] = rows
                         _append_sidecar(partial, key, rows)  # a crash from here loses nothing
                         bar.update(1)
-    finally:
-        if client is not None:
-            client.close()
 
-    rows = [r for k in keys for r in done[k]]
-    text = rows_to_csv(rows) if OUT_FORMATS[ext] == "csv" else rows_to_json(rows)
-    atomic_write_text(out, text)
-    spec = None
-    if plot is not None:
-        spec = save_plot(sweep_plot_spec(rows), plot)
-    if os.path.exists(side):
-        os.unlink(side)
-    return SweepResult(rows=rows, computed=len(todo), resumed=resumed, plot=spec)
+        rows = [r for k in keys for r in done[k]]
+        text = rows_to_csv(rows) if OUT_FORMATS[ext] == "csv" else rows_to_json(rows)
+        atomic_write_text(out, text)
+        spec = None
+        if plot is not None:
+            spec = save_plot(sweep_plot_spec(rows), plot)
+        if os.path.exists(side):
+            os.unlink(side)
+        return SweepResult(rows=rows, computed=len(todo), resumed=resumed, plot=spec)
 
 
 def sweep_plot_spec(rows: Sequence[dict]) -> PlotSpec:

@@ -30,16 +30,18 @@ included), ``loss.png`` (refreshed at each evaluation).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import os
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
-from resgrad.formats.atomic import atomic_write_bytes, atomic_write_text
+from resgrad.formats.atomic import atomic_write_bytes, atomic_write_text, remove_stale_temporaries
 from resgrad.formats.checkpoint import (
     BEST,
     LAST,
@@ -49,6 +51,7 @@ from resgrad.formats.checkpoint import (
     load_checkpoint,
     save_checkpoint,
 )
+from resgrad.formats.lock import lock_dir
 from resgrad.nn.blocks import INITS, VARIANTS
 from resgrad.nn.model import GPT, GPTConfig, per_block_norms
 from resgrad.plots import figure_bytes, new_figure
@@ -457,6 +460,32 @@ def _checkpoint(run: _Run, it: int, best: float, config: dict) -> Checkpoint:
     )
 
 
+def _holding_out_dir(*names: str):
+    """Run ``fn(cfg, ...)`` holding the lock of ``cfg.out_dir`` (resgrad.formats.lock).
+
+    A second run into the same directory fails at once (``Locked``, an OSError)
+    naming the directory and the holder. Under the lock, the temporaries of
+    ``names`` that a killed atomic write left behind are removed first.
+    """
+
+    def wrap(fn):
+        @functools.wraps(fn)
+        def run(cfg, *args, **kwargs):
+            os.makedirs(cfg.out_dir, exist_ok=True)
+            with lock_dir(cfg.out_dir):
+                removed = remove_stale_temporaries(cfg.out_dir, names)
+                if removed:
+                    say = kwargs.get("log") or (lambda s: print(s, file=sys.stderr))
+                    say(f"removed {len(removed)} temporary file(s) a killed run left in "
+                        f"{cfg.out_dir!r}")  # fmt: skip
+                return fn(cfg, *args, **kwargs)
+
+        return run
+
+    return wrap
+
+
+@_holding_out_dir(LAST, BEST, METRICS, PLOT)
 def train(
     cfg: TrainConfig,
     *,
@@ -486,7 +515,8 @@ def train(
         Bad data, an out_dir that already holds a run (without ``resume``), or a
         checkpoint that is corrupted or does not match ``cfg``.
     OSError
-        If the data or out_dir cannot be read or written.
+        If the data or out_dir cannot be read or written;
+        ``resgrad.formats.lock.Locked`` if another run holds out_dir.
     """
     from tqdm.auto import tqdm
 
@@ -679,6 +709,7 @@ def render_depth_plot(
     return figure_bytes(fig, "png")
 
 
+@_holding_out_dir("depth_train.png", "depth_train.json")
 def depth_train(
     cfg: DepthTrainConfig, *, progress: bool | None = True, log: Callable[[str], None] | None = None
 ) -> dict:
@@ -693,6 +724,13 @@ def depth_train(
         The summary written to ``depth_train.json``: per variant, the final and
         best losses, seconds, and the per-layer gradient norms at the first and last step.
     """
+    for v in cfg.variants:  # depth-train has no --resume: refuse before training anything
+        held = os.path.join(cfg.train_config(v).out_dir, LAST)
+        if os.path.exists(held):
+            raise ValueError(
+                f"{cfg.out_dir!r} already holds a depth-train run ({held}); depth-train "
+                "cannot continue one: choose another --out-dir or delete this one"
+            )
     say = log if log is not None else print
     runs, summary = {}, {"config": dataclasses.asdict(cfg), "variants": {}}
     for v in cfg.variants:
