@@ -63,7 +63,7 @@ FLOORS = [
     ("plots", [""]),  # figures
     ("train", ["data", "optim", "sample", "loop"]),  # training and sampling
     ("lab", ["lesson", "flow", "sweep"]),  # the gradient-flow lab
-    ("perf", ["heap", "bench"]),  # the heap setting, the step timer
+    ("perf", ["heap", "bench", "memory"]),  # the heap setting, the step timer, memory estimates
     ("cli", ["*"]),  # the command line: flags in, library calls out
 ]
 RANK = {

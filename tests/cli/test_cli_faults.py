@@ -125,3 +125,87 @@ def test_depth_train_twice_does_not_suggest_a_resume_it_lacks(tmp_path, text):
     assert resgrad(*args).returncode == 0
     line = one_error_line(resgrad(*args), "already holds a depth-train run", "another --out-dir")
     assert "--resume" not in line
+
+
+# -- 2: sizes that cannot fit are refused before allocating; a MemoryError is one line
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["flow", "--depth", "100000"],
+        ["depth", "--depths", "100000000"],
+        ["train", "--n-embd", "1000000", "--n-head", "1"],
+        ["gradcheck", "--width", "100000"],
+        ["sweep", "--depths", "2,100000", "--out", "{tmp}/s.csv"],
+    ],
+)
+def test_sizes_that_cannot_fit_are_refused_at_once(tmp_path, args):
+    args = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    t0 = time.monotonic()
+    p = resgrad(*args, "--threads", "1", timeout=60)
+    line = one_error_line(p, "would need about", "upper estimate", "is available")
+    assert time.monotonic() - t0 < 30, "it must refuse before allocating, not after"
+    assert "GiB" in line or "TiB" in line
+
+
+def test_a_real_memory_error_is_one_line(tmp_path):
+    import resource
+
+    def limit():  # 2 GiB of address space: the estimate passes, the allocation fails
+        resource.setrlimit(resource.RLIMIT_AS, (2 * 2**30, 2 * 2**30))
+
+    p = subprocess.run(
+        [sys.executable, "-m", "resgrad", "flow", "--depth", "100", "--width", "512",
+         "--threads", "1"],
+        capture_output=True, text=True, timeout=120, env=ENV, preexec_fn=limit,
+    )  # fmt: skip
+    one_error_line(p, "out of memory", "choose smaller sizes")
+
+
+# -- 3: a data path that is not a regular file
+
+
+@pytest.mark.parametrize("data", ["/dev/zero", "/dev/null"])
+def test_data_that_is_not_a_regular_file_is_refused(tmp_path, data):
+    p = resgrad("train", "--data", data, "--out-dir", tmp_path / "o", *TINY, timeout=60)
+    one_error_line(p, repr(data), "not a regular file")
+
+
+# -- 4: an evaluation too long to be useful is refused, saying why
+
+
+def test_eval_iters_has_a_bound_that_says_why(tmp_path, text):
+    p = resgrad("train", "--data", text, "--out-dir", tmp_path / "o", *TINY[:-4],
+                "--eval-iters", "100000000", timeout=60)  # fmt: skip
+    one_error_line(p, "eval_iters must be at most", "100000000", "before training goes on")
+
+
+# -- 5: resume trusts the checkpoint; damaged metrics are skipped and said so
+
+
+@pytest.mark.parametrize("damage", ["remove", "foreign", "garbage"])
+def test_resume_over_damaged_metrics(tmp_path, text, damage):
+    out = tmp_path / "o"
+    args = ["train", "--out-dir", out, "--data", text, *TINY, "--eval-interval", 2]
+    assert resgrad(*args, "--max-iters", 4).returncode == 0
+    metrics = out / "metrics.jsonl"
+    good = [json.loads(s) for s in metrics.read_text().splitlines()]
+    if damage == "remove":
+        metrics.unlink()
+    elif damage == "foreign":
+        with metrics.open("a") as f:
+            f.write('{"kind": "note"}\n')
+    else:
+        with metrics.open("a") as f:
+            f.write("not json at all\n")
+    done = resgrad("train", "--out-dir", out, "--resume", "--max-iters", 4)  # already complete
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    assert "; resuming from last.ckpt at iteration 4" in done.stdout + done.stderr
+    p = resgrad("train", "--out-dir", out, "--resume", "--max-iters", 6)
+    assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr
+    recs = [json.loads(s) for s in metrics.read_text().splitlines()]
+    assert all(r["kind"] in ("iter", "eval") for r in recs)
+    assert [r["iter"] for r in recs if r["kind"] == "iter"][-2:] == [4, 5]
+    if damage != "remove":
+        assert recs[: len(good)] == good  # the usable records are kept as they were

@@ -309,14 +309,34 @@ def test_depth_train_cli_tiny(tmp_path, text_file, capsys):
 
 
 def test_read_metrics_skips_a_torn_line_and_cuts_at_the_checkpoint(tmp_path):
+    ev = {"train_loss": 2.0, "val_loss": 2.1}
     lines = [
-        {"kind": "eval", "iter": 0},
-        {"kind": "iter", "iter": 0},
-        {"kind": "iter", "iter": 1},
-        {"kind": "eval", "iter": 2},
-        {"kind": "iter", "iter": 2},
+        {"kind": "eval", "iter": 0, **ev},
+        {"kind": "iter", "iter": 0, "loss": 2.5},
+        {"kind": "iter", "iter": 1, "loss": 2.4},
+        {"kind": "eval", "iter": 2, **ev},
+        {"kind": "iter", "iter": 2, "loss": 2.3},
     ]
     text = "".join(json.dumps(r) + "\n" for r in lines) + '{"kind": "iter", "it'  # killed
     (tmp_path / "metrics.jsonl").write_text(text, encoding="utf-8")
-    assert read_metrics(tmp_path) == lines
+    problems = []
+    assert read_metrics(tmp_path, problems=problems) == lines
+    assert problems == []  # a torn last line is what a kill leaves: not a problem
     assert read_metrics(tmp_path, upto=2) == lines[:4]  # steps before 2, evals up to 2
+
+
+def test_read_metrics_skips_and_names_foreign_and_damaged_lines(tmp_path):
+    good = {"kind": "iter", "iter": 0, "loss": 2.5}
+    bad = [
+        {"kind": "note"},
+        {"kind": "iter", "iter": "1", "loss": 1.0},
+        {"kind": "eval", "iter": 1},
+    ]
+    text = "".join(json.dumps(r) + "\n" for r in [good, *bad]) + "garbage\n"
+    (tmp_path / "metrics.jsonl").write_text(text, encoding="utf-8")
+    problems = []
+    assert read_metrics(tmp_path, upto=5, problems=problems) == [good]
+    assert [p.split(" of ")[0] for p in problems] == ["line 2", "line 3", "line 4", "line 5"]
+    problems = []
+    assert read_metrics(tmp_path / "nowhere", problems=problems) == []
+    assert problems == ["metrics.jsonl is missing"]

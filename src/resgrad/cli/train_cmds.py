@@ -8,6 +8,7 @@ import sys
 
 from resgrad.cli import _common
 from resgrad.nn.blocks import INITS, VARIANTS
+from resgrad.perf import memory
 from resgrad.train.loop import (
     DepthTrainConfig,
     TrainConfig,
@@ -70,6 +71,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--resume", action="store_true", help="continue the run in --out-dir from last.ckpt"
     )
+    _common.add_threads(p)
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser(
@@ -93,6 +95,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--seed", type=_common.seed, default=1337, help="seed of the sampler")
     p.add_argument("--best", action="store_true", help="use best.ckpt instead of last.ckpt")
+    _common.add_threads(p)
     p.set_defaults(func=cmd_sample)
 
     g = DepthTrainConfig()
@@ -124,6 +127,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=g.variants,
         help=f"comma-separated residual schemes (default: {','.join(g.variants)})",
     )
+    _common.add_threads(p)
     p.set_defaults(func=cmd_depth_train)
 
 
@@ -147,6 +151,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         cfg = resume_config(out_dir, **given)
     else:
         cfg = TrainConfig(**given, out_dir=out_dir)
+    memory.require(memory.train_bytes(cfg), "this training run")
     res = _run("train", train, cfg, progress=None)
     if res is None:
         return 1
@@ -175,6 +180,7 @@ def cmd_sample(args: argparse.Namespace) -> int:
 def cmd_depth_train(args: argparse.Namespace) -> int:
     fields = {f.name for f in dataclasses.fields(DepthTrainConfig)}
     cfg = DepthTrainConfig(**{k: v for k, v in vars(args).items() if k in fields})
+    memory.require(memory.train_bytes(cfg.train_config(cfg.variants[0])), "this training run")
     summary = _run("depth-train", depth_train, cfg, progress=None)
     if summary is None:
         return 1

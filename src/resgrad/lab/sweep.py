@@ -288,6 +288,7 @@ def run_sweep(
     scheduler: str | None = None,
     connect_timeout: float = 5.0,
     progress: bool | None = None,
+    threads: int | None = None,
 ) -> SweepResult:
     """Run the grid of ``cfg``, write its rows to ``out``, and the summary plot to ``plot``.
 
@@ -310,6 +311,8 @@ def run_sweep(
         Seconds to wait for the scheduler before giving up with a ConnectionError.
     progress : bool, optional
         Show a tqdm progress bar on stderr (default: when stderr is a terminal).
+    threads : int, optional
+        BLAS threads in each local worker (default: joblib's, cores // jobs).
 
     Raises
     ------
@@ -371,7 +374,7 @@ def run_sweep(
                     ctx = joblib.parallel_config(backend="dask", client=client)
                     n_jobs = -1
                 else:
-                    ctx = joblib.parallel_config(backend="loky")
+                    ctx = joblib.parallel_config(backend="loky", inner_max_num_threads=threads)
                     n_jobs = min(int(jobs), len(todo))
                 with ctx:
                     results = joblib.Parallel(n_jobs=n_jobs, return_as="generator_unordered")(
