@@ -209,3 +209,59 @@ def test_resume_over_damaged_metrics(tmp_path, text, damage):
     assert [r["iter"] for r in recs if r["kind"] == "iter"][-2:] == [4, 5]
     if damage != "remove":
         assert recs[: len(good)] == good  # the usable records are kept as they were
+
+
+# -- 9: sample shows its defaults, streams its tokens, and Ctrl-C keeps them
+
+
+def test_sample_help_shows_the_defaults():
+    out = resgrad("sample", "--help").stdout
+    for d in ("(default: 500)", "(default: 0.8)", "(default: 200)", "(default: 1337)"):
+        assert d in out
+
+
+def test_sample_streams_tokens_and_an_interrupt_keeps_them(tmp_path, text):
+    out = tmp_path / "o"
+    assert (
+        resgrad("train", "--out-dir", out, "--data", text, *TINY, "--max-iters", 2).returncode == 0
+    )
+    p = start("sample", "--out-dir", out, "--start", "the ", "--num-tokens", 10**7)
+    try:
+        got = p.stdout.read(20)  # arrives while the 10**7 tokens are far from done
+        assert got.startswith("the ") and len(got) == 20
+        assert p.poll() is None
+        p.send_signal(signal.SIGINT)
+        rest, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 130 and "interrupted" in err and "Traceback" not in err, err
+    assert (got + rest).endswith("\n") and len(got + rest) >= 21
+
+
+# -- 10: --threads limits the BLAS threads of a computing command
+
+
+def test_threads_limits_blas_threads_during_the_command(monkeypatch, capsys):
+    from threadpoolctl import threadpool_info
+
+    from resgrad.cli import main
+    from resgrad.lab import flow
+
+    seen = []
+    real = flow.measure
+
+    def measure(cfg):
+        seen.append({p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"})
+        return real(cfg)
+
+    monkeypatch.setattr(flow, "measure", measure)
+    assert main(["flow", "--depth", "2", "--width", "8", "--heads", "2", "--threads", "1"]) == 0
+    assert seen == [{1}]
+
+
+@pytest.mark.parametrize("cmd", ["lesson", "depth", "gradcheck", "check", "flow", "sweep", "train",
+                                 "sample", "depth-train", "bench"])  # fmt: skip
+def test_every_computing_command_takes_threads(cmd):
+    assert "--threads" in resgrad(cmd, "--help").stdout
+    one_error_line(resgrad(cmd, "--threads", "0"), "--threads", "positive integer")

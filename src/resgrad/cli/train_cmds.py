@@ -80,20 +80,31 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Continue --start with --num-tokens characters sampled from the model "
         "in --out-dir (last.ckpt, or best.ckpt with --best). Each new token reuses the "
         "cached keys and values; past block_size tokens the context is cropped to the last "
-        "block_size.",
+        "block_size. Characters are printed as they are generated.",
     )
     p.add_argument("--out-dir", required=True, help="a directory written by resgrad train")
     p.add_argument("--start", default="\n", help="the text to continue (default: a newline)")
     p.add_argument(
-        "--num-tokens", type=_common.nonneg_int, default=500, help="characters to generate"
+        "--num-tokens",
+        type=_common.nonneg_int,
+        default=500,
+        help="characters to generate (default: 500)",
     )
     p.add_argument(
-        "--temperature", type=_common.positive_float, default=0.8, help="softmax temperature"
+        "--temperature",
+        type=_common.positive_float,
+        default=0.8,
+        help="softmax temperature (default: 0.8)",
     )
     p.add_argument(
-        "--top-k", type=_common.positive_int, default=200, help="sample among the k most likely"
+        "--top-k",
+        type=_common.positive_int,
+        default=200,
+        help="sample among the k most likely (default: 200)",
     )
-    p.add_argument("--seed", type=_common.seed, default=1337, help="seed of the sampler")
+    p.add_argument(
+        "--seed", type=_common.seed, default=1337, help="seed of the sampler (default: 1337)"
+    )
     p.add_argument("--best", action="store_true", help="use best.ckpt instead of last.ckpt")
     _common.add_threads(p)
     p.set_defaults(func=cmd_sample)
@@ -163,17 +174,27 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _write(text: str) -> None:
+    sys.stdout.write(text)
+    sys.stdout.flush()
+
+
 def cmd_sample(args: argparse.Namespace) -> int:
-    text = sample_text(
-        args.out_dir,
-        args.start,
-        args.num_tokens,
-        temperature=args.temperature,
-        top_k=args.top_k,
-        seed=args.seed,
-        best=args.best,
-    )
-    print(text)
+    try:  # each token is printed as it is drawn: Ctrl-C keeps what was generated
+        sample_text(
+            args.out_dir,
+            args.start,
+            args.num_tokens,
+            temperature=args.temperature,
+            top_k=args.top_k,
+            seed=args.seed,
+            best=args.best,
+            on_text=_write,
+        )
+    except KeyboardInterrupt:
+        print(flush=True)  # end the cut line; main() reports the interrupt
+        raise
+    print(flush=True)
     return 0
 
 
