@@ -265,3 +265,26 @@ def test_threads_limits_blas_threads_during_the_command(monkeypatch, capsys):
 def test_every_computing_command_takes_threads(cmd):
     assert "--threads" in resgrad(cmd, "--help").stdout
     one_error_line(resgrad(cmd, "--threads", "0"), "--threads", "positive integer")
+
+
+# -- 6: a malformed Dask address is one line, with no Client.__del__ hang after it
+
+
+def test_sweep_with_a_malformed_scheduler_address_is_one_line(tmp_path):
+    p = resgrad("sweep", "--backend", "dask", "--scheduler", "not a url", "--out",
+                tmp_path / "s.csv")  # fmt: skip
+    one_error_line(p, "'not a url'", "tcp://HOST:8786")
+    assert "Exception ignored" not in p.stderr and os.listdir(tmp_path) == []
+
+
+# -- 11: a sweep whose points differ in size does not trip loky's memory-leak warning
+
+
+def test_sweep_of_deep_points_prints_no_memory_leak_warning(tmp_path):
+    # first a shallow point per worker (loky's reference size), then deep ones: each
+    # leaves ~400 MB of freed heap behind, more than loky's 300 MB leak threshold
+    p = resgrad("sweep", "--variants", "pre-ln", "--depths", "2,300", "--widths", "64",
+                "--seeds", "4", "--jobs", "2", "--threads", "1", "--out", tmp_path / "s.csv",
+                timeout=300)  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    assert "memory leak" not in p.stderr and "worker stopped" not in p.stderr, p.stderr

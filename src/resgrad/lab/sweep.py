@@ -33,8 +33,10 @@ cannot be reached within ``connect_timeout`` seconds.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -171,9 +173,26 @@ def run_point(cfg: FlowConfig) -> list[dict]:
     ]
 
 
+def _return_freed_memory() -> None:
+    """Hand the heap's free blocks back to the OS (glibc's ``malloc_trim``; elsewhere a no-op).
+
+    After a deep point, glibc keeps the freed arrays in the worker's heap (its mmap
+    threshold rises as large blocks are freed), so the worker's resident size stays
+    at that point's peak. loky takes a worker whose size grew by 300 MB since its
+    first task for a leaking one, restarts it and warns "A worker stopped ... memory
+    leak". Nothing leaks (the size is flat over repeated points); trimming after each
+    point keeps the size honest, and costs a fraction of a millisecond.
+    """
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None).malloc_trim(0)
+
+
 def _job(cfg: FlowConfig) -> tuple[str, list[dict]]:
     # looked up by name at call time, so that a test can wrap run_point
-    return point_key(cfg), run_point(cfg)
+    out = point_key(cfg), run_point(cfg)
+    _return_freed_memory()
+    return out
 
 
 def rows_to_csv(rows: Sequence[dict]) -> str:
@@ -268,6 +287,16 @@ def _connect(scheduler: str, timeout: float):
     except ImportError:  # pragma: no cover - dask is in the test extras
         raise ValueError(
             "backend 'dask' needs dask.distributed: pip install 'resgrad[cluster]'"
+        ) from None
+    from distributed.comm import get_address_host_port, parse_address
+
+    try:  # a malformed address is refused here: a Client that fails on one is left
+        # half-built, and its __del__ hangs 10 s at exit before printing a traceback
+        if parse_address(scheduler)[0] != "inproc":
+            get_address_host_port(scheduler)
+    except ValueError as e:
+        raise ValueError(
+            f"scheduler {scheduler!r} is not a Dask scheduler address such as tcp://HOST:8786 ({e})"
         ) from None
     try:
         return Client(scheduler, timeout=timeout, set_as_default=False)
