@@ -1,5 +1,6 @@
 import dataclasses
 import json
+import math
 import os
 import signal
 import subprocess
@@ -340,3 +341,37 @@ def test_read_metrics_skips_and_names_foreign_and_damaged_lines(tmp_path):
     problems = []
     assert read_metrics(tmp_path / "nowhere", problems=problems) == []
     assert problems == ["metrics.jsonl is missing"]
+
+
+def test_every_training_step_is_clipped(tmp_path, text_file, monkeypatch):
+    # Adam's step barely depends on the gradient's scale, so the loss cannot show a
+    # skipped clip: look at the gradients the optimizer is given instead
+    seen, real = [], AdamW.step
+
+    def step(self, grads, lr=None):
+        seen.append(
+            math.sqrt(sum(float(np.sum(g.astype(np.float64) ** 2)) for g in grads.values()))
+        )
+        return real(self, grads, lr)
+
+    monkeypatch.setattr(AdamW, "step", step)
+    res = train(_cfg(tmp_path, "clip", text_file, max_iters=4, grad_clip=0.01), progress=False)
+    raw = [r["grad_norm"] for r in read_metrics(res.out_dir) if r["kind"] == "iter"]
+    assert len(seen) == 4 and min(raw) > 0.1  # every raw norm far above the clip
+    assert all(0.0099 < n <= 0.01 for n in seen), seen
+    seen.clear()
+    train(_cfg(tmp_path, "noclip", text_file, max_iters=2, grad_clip=0.0), progress=False)
+    assert min(seen) > 0.1  # 0 disables clipping
+
+
+def test_evaluation_runs_with_dropout_off(tmp_path, text_file):
+    from resgrad.train.data import load_corpus
+    from resgrad.train.loop import estimate_loss
+
+    corpus = load_corpus(text_file, 8)
+    losses = []
+    for p in (0.0, 0.5):
+        cfg = _cfg(tmp_path, "e", text_file, dropout=p)
+        model = GPT(cfg.gpt_config(corpus.tokenizer.vocab_size), seed=cfg.seed)
+        losses.append(estimate_loss(model, corpus, cfg))
+    assert losses[0] == losses[1]  # the same weights: dropout must not touch evaluation
