@@ -464,6 +464,14 @@ def _start_run(cfg: TrainConfig, last_path: str) -> _Run:
     opt = AdamW(model.params, cfg.adamw())
     opt.load_state_dict(ckpt.optimizer)
     problems: list[str] = []
+    records = read_metrics(out_dir, upto=ckpt.iteration, problems=problems)  # drop what a
+    # kill left after the checkpoint; the checkpoint is the truth, the metrics follow it
+    repaired = None
+    if problems:
+        repaired = (
+            f"{'; '.join(problems[:3])}{' ...' if len(problems) > 3 else ''}; resuming from "
+            f"{LAST} at iteration {ckpt.iteration} and keeping the metrics that are usable"
+        )
     return _Run(
         corpus=corpus,
         model=model,
@@ -472,13 +480,8 @@ def _start_run(cfg: TrainConfig, last_path: str) -> _Run:
         dropout_rng=generator_from_state(ckpt.rng_states["dropout"]),
         start=ckpt.iteration,
         best=ckpt.best_val_loss,
-        records=read_metrics(out_dir, upto=ckpt.iteration, problems=problems),  # drop what a
-        repaired=(  # kill left after it; the checkpoint is the truth, the metrics follow it
-            f"{'; '.join(problems[:3])}{' ...' if len(problems) > 3 else ''}; resuming from "
-            f"{LAST} at iteration {ckpt.iteration} and keeping the metrics that are usable"
-            if problems
-            else None
-        ),
+        records=records,
+        repaired=repaired,
     )
 
 
