@@ -141,23 +141,17 @@ def _add_sizes(p: argparse.ArgumentParser, d: flow.FlowConfig, single: bool) -> 
     )
 
 
+def _flow_config(args: argparse.Namespace, variant: str) -> flow.FlowConfig:
+    return flow.FlowConfig(
+        variant=variant, depth=args.depth, width=args.width, heads=args.heads, seq=args.seq,
+        batch=args.batch, init=args.init, loss=args.loss, seeds=tuple(range(args.seeds)),
+    )  # fmt: skip
+
+
 def cmd_flow(args: argparse.Namespace) -> int:
     if args.plot:
         plot_format(args.plot)  # a bad extension fails before any work
-    cfgs = [
-        flow.FlowConfig(
-            variant=v,
-            depth=args.depth,
-            width=args.width,
-            heads=args.heads,
-            seq=args.seq,
-            batch=args.batch,
-            init=args.init,
-            loss=args.loss,
-            seeds=tuple(range(args.seeds)),
-        )  # fmt: skip
-        for v in args.variant
-    ]
+    cfgs = [_flow_config(args, v) for v in args.variant]
     memory.require(max(memory.flow_bytes(c) for c in cfgs), "this flow measurement")
     records = []
     for cfg in cfgs:
