@@ -47,6 +47,11 @@ def lock_path_for(path: str | os.PathLike, directory: bool) -> str:
     return os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.lock")
 
 
+def _program() -> str:
+    name = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "python"
+    return "resgrad" if name == "__main__.py" else name  # `python -m resgrad` reads as resgrad
+
+
 def _holder_text(info_path: str) -> str:
     try:
         with open(info_path, encoding="utf-8") as f:
@@ -87,7 +92,7 @@ def hold_lock(lock_file: str, what: str) -> Iterator[None]:
             "pid": os.getpid(),
             "host": socket.gethostname(),
             "started": time.time(),
-            "command": " ".join([os.path.basename(sys.argv[0]), *sys.argv[1:]])[:200],
+            "command": " ".join([_program(), *sys.argv[1:]])[:200],
         }
         with open(info_path, "w", encoding="utf-8") as f:  # small; read only for messages
             json.dump(info, f)
