@@ -133,3 +133,18 @@ def test_bad_spec(kwargs, msg):
 def test_bad_series(args, kwargs, msg):
     with pytest.raises(ValueError, match=msg):
         Series(*args, **kwargs)
+
+
+def test_series_that_coincide_stay_visible_and_are_named():
+    # six schemes, two pairs on top of each other (as post-ln/deepnorm, residual/rezero)
+    x = [0, 1, 2, 3]
+    ys = {"p": [1, 1, 1, 1], "q": [2, 2, 2, 2], "r": [1e-3, 1e-2, 1e-1, 1],
+          "q2": [2.02, 2, 1.99, 2], "s": [5, 4, 3, 2], "p2": [1, 1, 1, 1]}  # fmt: skip
+    fig = make_figure(spec(series=tuple(Series(k, x, v) for k, v in ys.items()), yscale="log"))
+    lines = fig.axes[0].get_lines()
+    styles = [(ln.get_marker(), ln.get_linestyle()) for ln in lines]
+    assert len(set(styles)) == len(lines)  # every series has its own marker and dash
+    assert all(ln.get_markerfacecolor() == "none" for ln in lines)  # hollow: see through
+    title = fig.axes[0].get_title()
+    assert "q2 lies on q" in title and "p2 lies on p" in title
+    assert "r lies on" not in title and "s lies on" not in title

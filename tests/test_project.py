@@ -5,6 +5,7 @@ import pathlib
 import re
 import shutil
 import subprocess
+import sys
 
 import pytest
 
@@ -59,11 +60,11 @@ def test_ruff_is_clean():
 FLOORS = [
     ("nn", ["residual", "layers", "blocks", "model"]),  # the model
     ("verify", ["gradcheck", "selfcheck"]),  # the proofs
-    ("formats", ["atomic", "records", "checkpoint"]),  # files
+    ("formats", ["atomic", "lock", "records", "checkpoint"]),  # files
     ("plots", [""]),  # figures
     ("train", ["data", "optim", "dynamics", "sample", "loop"]),  # training and sampling
     ("lab", ["lesson", "flow", "claims", "explore", "runs", "sweep", "experiments"]),  # the lab
-    ("perf", ["heap", "bench"]),  # the heap setting, the step timer
+    ("perf", ["heap", "bench", "memory"]),  # the heap setting, the step timer, memory estimates
     ("cli", ["*"]),  # the command line: flags in, library calls out
 ]
 RANK = {
@@ -142,3 +143,19 @@ def test_an_upward_import_is_caught(tmp_path):
         ("resgrad.verify.gradcheck", "resgrad.cli"),
         ("resgrad.nn.blocks", "resgrad.nn.model"),
     }
+
+
+def test_every_mutant_of_the_mutation_run_applies_to_the_current_source():
+    # scripts/mutants.py finds each mutant's text exactly once; a refactor that moves
+    # the text must update the mutant, or the mutation run stops with an error
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("mutants", ROOT / "scripts" / "mutants.py")
+    mutants = importlib.util.module_from_spec(spec)
+    sys.modules["mutants"] = mutants  # its dataclasses look their module up there
+    spec.loader.exec_module(mutants)
+    assert len(mutants.MUTANTS) >= 30
+    for m in mutants.MUTANTS:
+        text = (ROOT / "src" / "resgrad" / m.file).read_text()
+        assert text.count(m.old) == 1, (m.name, m.file)
+        assert all((ROOT / t).exists() for t in m.tests), m.name

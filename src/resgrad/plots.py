@@ -171,6 +171,22 @@ def figure_bytes(fig: Figure, fmt: str) -> bytes:
     return buf.getvalue()
 
 
+MARKERS = ("o", "s", "^", "v", "D", "x", "+", "*")  # series i gets MARKERS[i % 8]
+LINESTYLES = ("-", "--", "-.", ":")  # and LINESTYLES[i % 4]
+COINCIDE_RTOL = 0.03  # closer than this everywhere, two curves look like one line
+
+
+def coincident_notes(series: Sequence[Series]) -> list[str]:
+    """One note per series that lies on an earlier one (same x, y within 3% everywhere)."""
+    notes = []
+    for j, b in enumerate(series):
+        for a in series[:j]:
+            if a.x == b.x and np.allclose(b.y, a.y, rtol=COINCIDE_RTOL, atol=0.0):
+                notes.append(f"{b.label} lies on {a.label} (within 3% at every point)")
+                break
+    return notes
+
+
 def make_figure(spec: PlotSpec) -> Figure:
     """Render ``spec`` on a new Agg figure (no pyplot, no global state).
 
@@ -181,8 +197,14 @@ def make_figure(spec: PlotSpec) -> Figure:
     from matplotlib.ticker import MaxNLocator, NullFormatter
 
     fig, (ax,) = new_figure()
-    for s in spec.series:
-        (line,) = ax.plot(s.x, s.y, marker="o", markersize=2.5, linewidth=1.4, label=s.label)
+    for i, s in enumerate(spec.series):
+        # colour, marker and dash all differ, markers hollow: a series drawn over another
+        # (schemes whose curves coincide) still shows its own marks and dashes
+        (line,) = ax.plot(
+            s.x, s.y, label=s.label, linewidth=1.4, linestyle=LINESTYLES[i % len(LINESTYLES)],
+            marker=MARKERS[i % len(MARKERS)], markersize=5.5 - 2.5 * i / max(len(spec.series), 1),
+            markerfacecolor="none", markeredgewidth=1.0,
+        )  # fmt: skip
         if s.lo is not None:
             ax.fill_between(s.x, s.lo, s.hi, color=line.get_color(), alpha=0.18, linewidth=0)
     integer_x = all(v == int(v) for s in spec.series for v in s.x)  # layer indices, depths
@@ -198,7 +220,8 @@ def make_figure(spec: PlotSpec) -> Figure:
         ax.set_yscale("log", nonpositive="mask")
     ax.set_xlabel(spec.xlabel)
     ax.set_ylabel(spec.ylabel)
-    title = spec.title if not spec.notes else spec.title + "\n" + "\n".join(spec.notes)
+    notes = (*spec.notes, *coincident_notes(spec.series))
+    title = spec.title if not notes else spec.title + "\n" + "\n".join(notes)
     ax.set_title(title, fontsize=10)
     ax.grid(True, which="major", alpha=0.3)
     ax.legend(fontsize=8, loc="best")

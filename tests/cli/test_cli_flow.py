@@ -85,7 +85,7 @@ def test_sweep_writes_rows_and_plot(tmp_path):
     assert p.stdout.splitlines()[0] == f"wrote 20 rows (8 configs: 8 computed, 0 resumed) to {out}"
     assert len(list(csv.DictReader(out.open()))) == 20
     assert "<svg" in plot.read_text()
-    assert sorted(os.listdir(tmp_path)) == ["s.csv", "s.svg"]
+    assert sorted(os.listdir(tmp_path)) == [".s.csv.lock", "s.csv", "s.svg"]
 
 
 def test_sweep_shows_a_progress_bar_when_asked(tmp_path):

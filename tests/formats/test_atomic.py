@@ -55,3 +55,19 @@ def test_written_files_get_the_usual_mode_not_mkstemps_0600(tmp_path):
         assert p.stat().st_mode & 0o777 == 0o600
     finally:
         os.umask(old)
+
+
+def test_stale_temporaries_of_a_killed_write_are_removed_and_nothing_else(tmp_path):
+    from resgrad.formats.atomic import remove_stale_temporaries
+
+    stale = [tmp_path / ".last.ckpt.abc123xy.tmp", tmp_path / ".metrics.jsonl.q1w2e3r4.tmp"]
+    keep = [tmp_path / "last.ckpt", tmp_path / ".other.ckpt.abc123xy.tmp", tmp_path / "x.tmp"]
+    for p in stale + keep:
+        p.write_bytes(b"x")
+    removed = remove_stale_temporaries(tmp_path, ["last.ckpt", "metrics.jsonl", "best.ckpt"])
+    assert sorted(removed) == sorted(str(p) for p in stale)
+    assert all(p.exists() for p in keep) and not any(p.exists() for p in stale)
+    # the names are what atomic_write's own temporaries are called
+    seen = []
+    atomic_write(tmp_path / "last.ckpt", lambda f: seen.extend(os.listdir(tmp_path)))
+    assert any(n.startswith(".last.ckpt.") and n.endswith(".tmp") for n in seen)

@@ -329,12 +329,12 @@ def test_deepnorm_keeps_the_stream_gradient_flat_post_ln_does_not():
     assert p.max() / p.min() < 1.3  # ~1.03
 
 
-def _relative_update(variant, L, lr=1e-2):
+def _relative_update(variant, L, lr=1e-2, seed=0):
     """||x_L' - x_L|| / ||x_L|| after one SGD step on the blocks (xavier init)."""
     cfg = GPTConfig(vocab_size=65, block_size=8, n_layer=L, n_head=4, n_embd=32)
     cfg = GPTConfig(**{**cfg.__dict__, "variant": variant, "init": "xavier"})
-    gpt = GPT(cfg, seed=0, dtype=np.float64)
-    seq = np.random.default_rng([0, 1]).integers(0, 65, size=(4, 9))
+    gpt = GPT(cfg, seed=seed, dtype=np.float64)
+    seq = np.random.default_rng([seed, 1]).integers(0, 65, size=(4, 9))
     _, _, c0 = gpt.forward(seq[:, :-1], seq[:, 1:])
     grads = gpt.backward(c0)
     for k, g in grads.items():
@@ -344,12 +344,18 @@ def _relative_update(variant, L, lr=1e-2):
     return np.linalg.norm(c1.xs[-1] - c0.xs[-1]) / np.linalg.norm(c0.xs[-1])
 
 
-def test_deepnorm_bounds_the_model_update_post_ln_does_not():
-    # DeepNet's argument: Post-LN's model update grows with depth, DeepNorm's stays bounded
-    post = [_relative_update("post-ln", L) for L in (6, 24)]  # ~0.37, ~0.87
-    dn = [_relative_update("deepnorm", L) for L in (6, 24)]  # ~0.013, ~0.008
-    assert post[1] > 1.5 * post[0]
-    assert dn[1] < 1.5 * dn[0] and max(dn) < 0.1 * post[1]
+@pytest.mark.parametrize("seed", range(5))
+def test_deepnorm_bounds_the_model_update_post_ln_does_not(seed):
+    # DeepNet's argument: DeepNorm's model update stays bounded as depth grows; Post-LN's
+    # is large. What holds at every seed (measured over 10: DeepNorm 0.013-0.021 at L=6,
+    # 0.008-0.012 at L=24; Post-LN 0.09-0.56 and 0.05-0.87): DeepNorm's update is small
+    # and shrinks with depth, and Post-LN's is several times larger at both depths.
+    # Post-LN's update growing with depth holds at seed 0 (0.37 -> 0.87) but not over
+    # seeds (mean 0.26 -> 0.33, the spread far wider), so it is not asserted.
+    post = [_relative_update("post-ln", L, seed=seed) for L in (6, 24)]
+    dn = [_relative_update("deepnorm", L, seed=seed) for L in (6, 24)]
+    assert dn[1] < dn[0] < 0.03
+    assert min(post) > 3 * max(dn)
 
 
 def test_gpt2_scaled_init_keeps_the_stream_from_growing_with_depth():

@@ -69,7 +69,7 @@ def test_grid_rows_in_order_to_csv(tmp_path, reference):
         (p.variant, p.depth, p.width, p.seeds[0]) for p in GRID.points()
     ]  # grid order: variant, depth, width, seed
     assert res.rows == reference
-    assert sorted(os.listdir(tmp_path)) == ["s.csv"]  # the sidecar is gone
+    assert sorted(os.listdir(tmp_path)) == [".s.csv.lock", "s.csv"]  # the sidecar is gone
 
 
 def test_rows_are_the_flow_profiles(reference):
@@ -192,7 +192,7 @@ def test_dask_on_a_loopback_local_cluster_gives_exactly_the_same_rows(tmp_path, 
         assert any("_keyed" in name for name in cluster.scheduler.task_prefixes)
     assert res.rows == reference and res.computed == 24
     assert (tmp_path / "d.png").read_bytes()[:4] == b"\x89PNG"
-    assert sorted(os.listdir(tmp_path)) == ["d.csv", "d.png"]
+    assert sorted(os.listdir(tmp_path)) == [".d.csv.lock", "d.csv", "d.png"]
 
 
 def test_unreachable_scheduler_fails_fast_and_leaves_nothing(tmp_path):

@@ -10,12 +10,15 @@ from resgrad.nn import layers as L
 from resgrad.nn.model import GPTConfig
 from resgrad.verify.selfcheck import RTOL, block_checks, compare, randomize_params
 
-ROWS = {r.name: r for r in block_checks(seed=0)}
+
+@pytest.fixture(scope="session")
+def check_rows():  # run inside the tests, not at import: a crash fails these tests only
+    return {r.name: r for r in block_checks(seed=0)}
 
 
 @pytest.mark.parametrize("variant", Bk.VARIANTS)
-def test_every_block_scheme_passes_a_full_float64_check(variant):
-    r = ROWS[f"block {variant}"]
+def test_every_block_scheme_passes_a_full_float64_check(variant, check_rows):
+    r = check_rows[f"block {variant}"]
     assert r.passed and r.max_error < RTOL, r.row()
     assert r.n_checked > 500 and r.n_floor < r.n_checked // 10, r.row()
 

@@ -76,8 +76,11 @@ def test_residual_wrapper_backward_matches_finite_differences(lead, C, seed):
     def f(x, w):
         return block.forward(x)[0]  # reads w from block.params, perturbed in place
 
-    report = check_gradients(f, args, {"x": dx, "w": grads["w"]}, dout=dout)
-    # 1e-6: entries with gradients near 1e-4 carry ~1e-7 of finite-difference rounding
+    # random unit directions, not single entries: hypothesis finds seeds where an entry of
+    # dw is ~4e-7, below what a central difference resolves in relative terms (it failed
+    # at 1.7e-4 there, lead=[1], C=4, seed=8343); a direction's derivative is O(||g||)
+    grads_ = {"x": dx, "w": grads["w"]}
+    report = check_gradients(f, args, grads_, dout=dout, mode="directional", directions=8)
     assert report.max_error < 1e-6, report.summary()
 
 

@@ -1,5 +1,6 @@
 import dataclasses
 import json
+import math
 import os
 import signal
 import subprocess
@@ -92,8 +93,14 @@ def test_metrics_plot_and_checkpoints(tmp_path, text_file):
     assert last.iteration == 7 and last.vocab == "".join(sorted(set(open(text_file).read())))
     assert last.config["train"] == dataclasses.asdict(cfg)
     assert sorted(os.listdir(cfg.out_dir)) == [
-        "best.ckpt", "dynamics.bin", "dynamics.json", "last.ckpt", "loss.png", "metrics.jsonl"
-    ]  # fmt: skip
+        ".resgrad.lock",
+        "best.ckpt",
+        "dynamics.bin",
+        "dynamics.json",
+        "last.ckpt",
+        "loss.png",
+        "metrics.jsonl",
+    ]  # fmt: skip; the lock file stays (empty), its holder's .info file is gone
 
 
 def test_a_real_kill_leaves_a_loadable_checkpoint_and_resume_continues(tmp_path, text_file):
@@ -305,14 +312,68 @@ def test_depth_train_cli_tiny(tmp_path, text_file, capsys):
 
 
 def test_read_metrics_skips_a_torn_line_and_cuts_at_the_checkpoint(tmp_path):
+    ev = {"train_loss": 2.0, "val_loss": 2.1}
     lines = [
-        {"kind": "eval", "iter": 0},
-        {"kind": "iter", "iter": 0},
-        {"kind": "iter", "iter": 1},
-        {"kind": "eval", "iter": 2},
-        {"kind": "iter", "iter": 2},
+        {"kind": "eval", "iter": 0, **ev},
+        {"kind": "iter", "iter": 0, "loss": 2.5},
+        {"kind": "iter", "iter": 1, "loss": 2.4},
+        {"kind": "eval", "iter": 2, **ev},
+        {"kind": "iter", "iter": 2, "loss": 2.3},
     ]
     text = "".join(json.dumps(r) + "\n" for r in lines) + '{"kind": "iter", "it'  # killed
     (tmp_path / "metrics.jsonl").write_text(text, encoding="utf-8")
-    assert read_metrics(tmp_path) == lines
+    problems = []
+    assert read_metrics(tmp_path, problems=problems) == lines
+    assert problems == []  # a torn last line is what a kill leaves: not a problem
     assert read_metrics(tmp_path, upto=2) == lines[:4]  # steps before 2, evals up to 2
+
+
+def test_read_metrics_skips_and_names_foreign_and_damaged_lines(tmp_path):
+    good = {"kind": "iter", "iter": 0, "loss": 2.5}
+    bad = [
+        {"kind": "note"},
+        {"kind": "iter", "iter": "1", "loss": 1.0},
+        {"kind": "eval", "iter": 1},
+    ]
+    text = "".join(json.dumps(r) + "\n" for r in [good, *bad]) + "garbage\n"
+    (tmp_path / "metrics.jsonl").write_text(text, encoding="utf-8")
+    problems = []
+    assert read_metrics(tmp_path, upto=5, problems=problems) == [good]
+    assert [p.split(" of ")[0] for p in problems] == ["line 2", "line 3", "line 4", "line 5"]
+    problems = []
+    assert read_metrics(tmp_path / "nowhere", problems=problems) == []
+    assert problems == ["metrics.jsonl is missing"]
+
+
+def test_every_training_step_is_clipped(tmp_path, text_file, monkeypatch):
+    # Adam's step barely depends on the gradient's scale, so the loss cannot show a
+    # skipped clip: look at the gradients the optimizer is given instead
+    seen, real = [], AdamW.step
+
+    def step(self, grads, lr=None):
+        seen.append(
+            math.sqrt(sum(float(np.sum(g.astype(np.float64) ** 2)) for g in grads.values()))
+        )
+        return real(self, grads, lr)
+
+    monkeypatch.setattr(AdamW, "step", step)
+    res = train(_cfg(tmp_path, "clip", text_file, max_iters=4, grad_clip=0.01), progress=False)
+    raw = [r["grad_norm"] for r in read_metrics(res.out_dir) if r["kind"] == "iter"]
+    assert len(seen) == 4 and min(raw) > 0.1  # every raw norm far above the clip
+    assert all(0.0099 < n <= 0.01 for n in seen), seen
+    seen.clear()
+    train(_cfg(tmp_path, "noclip", text_file, max_iters=2, grad_clip=0.0), progress=False)
+    assert min(seen) > 0.1  # 0 disables clipping
+
+
+def test_evaluation_runs_with_dropout_off(tmp_path, text_file):
+    from resgrad.train.data import load_corpus
+    from resgrad.train.loop import estimate_loss
+
+    corpus = load_corpus(text_file, 8)
+    losses = []
+    for p in (0.0, 0.5):
+        cfg = _cfg(tmp_path, "e", text_file, dropout=p)
+        model = GPT(cfg.gpt_config(corpus.tokenizer.vocab_size), seed=cfg.seed)
+        losses.append(estimate_loss(model, corpus, cfg))
+    assert losses[0] == losses[1]  # the same weights: dropout must not touch evaluation

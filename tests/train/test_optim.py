@@ -174,3 +174,60 @@ def test_schedule_validation(kwargs, needle):
 def test_adamw_config_validation(kwargs, needle):
     with pytest.raises(ValueError, match=needle):
         AdamWConfig(**kwargs)
+
+
+def _adamw_reference(p0, grads, lr, beta1, beta2, eps, wd):
+    """AdamW on a list of floats, line by line from the published algorithm, no NumPy.
+
+    Loshchilov & Hutter, "Decoupled Weight Decay Regularization" (2019), Algorithm 2,
+    in the form torch.optim.AdamW's documentation gives it (t counts from 1):
+        theta = theta - lr * wd * theta
+        m = beta1 * m + (1 - beta1) * g
+        v = beta2 * v + (1 - beta2) * g^2
+        m_hat = m / (1 - beta1^t);  v_hat = v / (1 - beta2^t)
+        theta = theta - lr * m_hat / (sqrt(v_hat) + eps)
+    """
+    theta, m, v = list(p0), [0.0] * len(p0), [0.0] * len(p0)
+    for t, g in enumerate(grads, start=1):
+        for i in range(len(theta)):
+            theta[i] = theta[i] - lr * wd * theta[i]
+            m[i] = beta1 * m[i] + (1 - beta1) * g[i]
+            v[i] = beta2 * v[i] + (1 - beta2) * g[i] ** 2
+            m_hat = m[i] / (1 - beta1**t)
+            v_hat = v[i] / (1 - beta2**t)
+            theta[i] = theta[i] - lr * m_hat / (math.sqrt(v_hat) + eps)
+    return theta, m, v
+
+
+def test_adamw_matches_the_published_update_rule_without_torch():
+    # a 2-D weight (decayed) and a bias (not), four steps of gradients that change sign
+    w0, b0 = [0.5, -1.0, 2.0, 0.25], [0.1, -0.3]
+    gs = [[0.3, -0.2, 0.05, 1.5, -0.4, 0.01], [-0.1, 0.4, 0.02, -2.0, 0.3, 0.0],
+          [0.2, 0.2, -0.3, 0.5, -0.1, 0.05], [0.05, -0.6, 0.1, 0.7, 0.2, -0.02]]  # fmt: skip
+    cfg = AdamWConfig(lr=0.1, beta1=0.9, beta2=0.99, eps=1e-8, weight_decay=0.1)
+    params = {"w": np.array(w0).reshape(2, 2), "b": np.array(b0)}
+    opt = AdamW(params, cfg)
+    for g in gs:
+        opt.step({"w": np.array(g[:4]).reshape(2, 2), "b": np.array(g[4:])})
+    w, mw, vw = _adamw_reference(w0, [g[:4] for g in gs], 0.1, 0.9, 0.99, 1e-8, 0.1)
+    b, mb, vb = _adamw_reference(b0, [g[4:] for g in gs], 0.1, 0.9, 0.99, 1e-8, 0.0)
+    np.testing.assert_allclose(params["w"].ravel(), w, rtol=1e-13)
+    np.testing.assert_allclose(params["b"], b, rtol=1e-13)
+    np.testing.assert_allclose(opt.m["w"].ravel(), mw, rtol=1e-13)
+    np.testing.assert_allclose(opt.v["b"], vb, rtol=1e-13)
+    np.testing.assert_allclose(opt.m["b"], mb, rtol=1e-13)
+    np.testing.assert_allclose(opt.v["w"].ravel(), vw, rtol=1e-13)
+
+
+def test_adamw_first_step_worked_by_hand():
+    # at t = 1 the bias corrections make m_hat = g and sqrt(v_hat) = |g|, so the step is
+    # lr * g / (|g| + eps): lr * sign(g) up to eps, whatever the betas; decay comes first
+    p = {"w": np.array([[2.0, -1.0]]), "b": np.array([3.0])}
+    opt = AdamW(p, AdamWConfig(lr=0.01, beta1=0.8, beta2=0.95, eps=1e-8, weight_decay=0.5))
+    opt.step({"w": np.array([[4.0, -0.5]]), "b": np.array([-2.0])})
+    decayed = 1 - 0.01 * 0.5
+    want_w = [2.0 * decayed - 0.01 * 4 / (4 + 1e-8), -1.0 * decayed + 0.01 * 0.5 / (0.5 + 1e-8)]
+    np.testing.assert_allclose(p["w"].ravel(), want_w, rtol=1e-15)
+    np.testing.assert_allclose(p["b"], [3.0 + 0.01 * 2 / (2 + 1e-8)], rtol=1e-15)
+    np.testing.assert_allclose(opt.m["w"].ravel(), [0.2 * 4.0, 0.2 * -0.5], rtol=1e-15)
+    np.testing.assert_allclose(opt.v["w"].ravel(), [0.05 * 16.0, 0.05 * 0.25], rtol=1e-15)

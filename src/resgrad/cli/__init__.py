@@ -6,12 +6,16 @@ function of the parsed arguments that returns the exit status.
 
 Errors in what the user typed end in one line on stderr and exit status 2,
 without a traceback: argparse's own errors, and any ``ValueError`` or
-``OSError`` the library raises about a value or a path.
+``OSError`` the library raises about a value or a path. So does a
+``MemoryError``: the computing commands first compare an upper estimate of
+their memory with what is available (resgrad.perf.memory), and a real
+MemoryError that gets past the estimate is reported the same way.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 
 from resgrad.cli import (
@@ -24,6 +28,7 @@ from resgrad.cli import (
     train_cmds,
 )
 from resgrad.perf.heap import keep_freed_memory
+from resgrad.perf.memory import NotEnoughMemory
 
 # one module per group of subcommands, in the order `resgrad --help` lists them
 COMMAND_MODULES = [lesson_cmds, check_cmds, flow_cmds, train_cmds, lab_cmds, bench_cmds]
@@ -41,14 +46,30 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _threads(n: int | None):
+    """Limit the BLAS (and OpenMP) thread pools to ``n`` threads; nothing when None."""
+    if n is None:
+        return contextlib.nullcontext()
+    from threadpoolctl import threadpool_limits
+
+    return threadpool_limits(limits=n)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     keep_freed_memory()  # the command owns the process: reuse NumPy's freed arrays (heap.py)
     try:
-        return int(args.func(args) or 0)
+        with _threads(getattr(args, "threads", None)):
+            return int(args.func(args) or 0)
     except (ValueError, OSError) as e:
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+        print(f"resgrad {args.command}: error: {msg}", file=sys.stderr)
+        return 2
+    except MemoryError as e:  # NotEnoughMemory (an estimate, before allocating) or the real one
+        msg = str(e).splitlines()[0] if str(e) else "no detail given"
+        if not isinstance(e, NotEnoughMemory):
+            msg = f"out of memory ({msg}); choose smaller sizes"
         print(f"resgrad {args.command}: error: {msg}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

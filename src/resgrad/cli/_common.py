@@ -98,6 +98,17 @@ def name_list(choices: tuple[str, ...]):
     return parse
 
 
+def add_threads(p: argparse.ArgumentParser) -> None:
+    """``--threads N``: BLAS threads for the command (applied by ``resgrad.cli.main``)."""
+    p.add_argument(
+        "--threads",
+        type=positive_int,
+        default=None,
+        help="BLAS threads for the matrix products (default: the BLAS library's own choice, "
+        "usually one per core); 1 is fastest on a machine that other work keeps busy",
+    )
+
+
 def render_rows(rows: Sequence, keys: Sequence[str], fmt: str, meta: dict | None = None) -> str:
     """Result rows (objects with attributes ``keys``) as JSON (with ``meta``) or CSV."""
     dicts = [{k: getattr(r, k) for k in keys} for r in rows]

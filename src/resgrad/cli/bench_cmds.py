@@ -36,6 +36,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=10,
         help="timed steps, after 2 warm-up steps (default: 10)",
     )
+    _common.add_threads(p)
     p.set_defaults(func=cmd_bench)
 
 

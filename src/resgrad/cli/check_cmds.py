@@ -39,6 +39,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--seed", type=_common.seed, default=0, help="seed of inputs and parameters (default: 0)"
     )
+    _common.add_threads(p)
     p.set_defaults(func=cmd_check)
 
 

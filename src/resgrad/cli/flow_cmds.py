@@ -13,6 +13,7 @@ from resgrad.cli import _common
 from resgrad.lab import flow
 from resgrad.lab.lesson import StackConfig
 from resgrad.nn import blocks
+from resgrad.perf import memory
 from resgrad.plots import plot_format, save_plot
 
 FORMATS = ("table", "json", "csv")
@@ -57,6 +58,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "input, the default), stream_act (the stream's norm) or param_grad (the gradient of "
         "the layer's parameters)",
     )
+    _common.add_threads(p)
     p.set_defaults(func=cmd_flow)
 
     s = sub.add_parser(
@@ -110,6 +112,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="show a progress bar on stderr (default: when stderr is a terminal)",
     )
+    _common.add_threads(s)
     s.set_defaults(func=cmd_sweep)
 
 
@@ -138,15 +141,20 @@ def _add_sizes(p: argparse.ArgumentParser, d: flow.FlowConfig, single: bool) -> 
     )
 
 
+def _flow_config(args: argparse.Namespace, variant: str) -> flow.FlowConfig:
+    return flow.FlowConfig(
+        variant=variant, depth=args.depth, width=args.width, heads=args.heads, seq=args.seq,
+        batch=args.batch, init=args.init, loss=args.loss, seeds=tuple(range(args.seeds)),
+    )  # fmt: skip
+
+
 def cmd_flow(args: argparse.Namespace) -> int:
     if args.plot:
         plot_format(args.plot)  # a bad extension fails before any work
+    cfgs = [_flow_config(args, v) for v in args.variant]
+    memory.require(max(memory.flow_bytes(c) for c in cfgs), "this flow measurement")
     records = []
-    for v in args.variant:
-        cfg = flow.FlowConfig(
-            variant=v, depth=args.depth, width=args.width, heads=args.heads, seq=args.seq,
-            batch=args.batch, init=args.init, loss=args.loss, seeds=tuple(range(args.seeds)),
-        )  # fmt: skip
+    for cfg in cfgs:
         records += flow.measure(cfg)
     if args.plot:
         save_plot(flow.flow_plot_spec(records, args.plot_quantity), args.plot)
@@ -167,6 +175,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         variants=args.variants, depths=args.depths, widths=args.widths, seeds=args.seeds,
         heads=args.heads, seq=args.seq, batch=args.batch, init=args.init, loss=args.loss,
     )  # fmt: skip
+    jobs = min(args.jobs or os.cpu_count() or 1, len(cfg.points()))
+    per_point = max(memory.flow_bytes(p) for p in cfg.points())
+    memory.require(jobs * per_point, f"this sweep ({jobs} worker(s) at once)")
     res = run_sweep(
         cfg,
         args.out,
@@ -176,6 +187,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         scheduler=args.scheduler,
         connect_timeout=args.connect_timeout,
         progress=args.progress,
+        threads=args.threads,
     )
     n = res.computed + res.resumed
     print(

@@ -148,6 +148,7 @@ def register_experiment(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--scheduler", default=None, help="Dask scheduler address, tcp://HOST:PORT")
     p.add_argument("--connect-timeout", type=_common.positive_float, default=5.0,
                    help="seconds to wait for the scheduler (default: 5)")  # fmt: skip
+    _common.add_threads(p)
     p.set_defaults(func=cmd_experiment)
 
 
@@ -158,7 +159,7 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     out_dir = args.out_dir or f"out-experiment-{args.name}"
     result = run_experiment(cfg, out_dir, jobs=args.jobs, backend=args.backend,
                             scheduler=args.scheduler, connect_timeout=args.connect_timeout,
-                            progress=None)  # fmt: skip
+                            progress=None, threads=args.threads)  # fmt: skip
     print(format_summary(result["summary"], result["unigram_entropy"]))
     print(f"figure: {out_dir}/{args.name}.png, table: {out_dir}/summary.md, "
           f"every cell: {out_dir}/cells.csv, runs: {out_dir}/runs/")  # fmt: skip
@@ -179,6 +180,7 @@ def register_claims(sub: argparse._SubParsersAction) -> None:
                    help="comma-separated depths (default: 6,24,96)")  # fmt: skip
     p.add_argument("--seeds", type=_common.positive_int, default=10,
                    help="seeds 0..K-1 (default: 10)")  # fmt: skip
+    _common.add_threads(p)
     p.set_defaults(func=cmd_claims)
 
 

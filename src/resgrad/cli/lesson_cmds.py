@@ -13,6 +13,7 @@ from resgrad.lab.lesson import (
     format_table,
     lesson_gradcheck,
 )
+from resgrad.perf import memory
 
 FORMATS = ("table", "json", "csv")
 
@@ -24,6 +25,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="The lesson in order: the depth table, the float64 gradient check, "
         "then Exercises 1-3, each with a line on what it shows.",
     )
+    _common.add_threads(p)
     p.set_defaults(func=cmd_lesson)
 
     d = StackConfig()
@@ -74,6 +76,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="PATH",
         help="draw the deepest stack's per-layer gradient norm, log scale (.png or .svg)",
     )
+    _common.add_threads(p)
     p.set_defaults(func=cmd_depth)
 
     g = GradcheckConfig()
@@ -105,6 +108,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--seed", type=_common.seed, default=g.seed, help="seed of default_rng (default: 42)"
     )
+    _common.add_threads(p)
     p.set_defaults(func=cmd_gradcheck)
 
 
@@ -121,6 +125,7 @@ def cmd_depth(args: argparse.Namespace) -> int:
     cfg = StackConfig(
         depths=args.depths, scale=args.scale, width=args.width, batch=args.batch, seed=args.seed
     )
+    memory.require(memory.lesson_stack_bytes(max(cfg.depths), cfg.width, cfg.batch), "this stack")
     if args.plot:
         flow_cmds.save_lesson_plot(cfg, args.plot)
     if args.per_layer:
@@ -143,6 +148,7 @@ def cmd_gradcheck(args: argparse.Namespace) -> int:
     cfg = GradcheckConfig(
         blocks=args.blocks, width=args.width, rows=args.rows, eps=args.eps, seed=args.seed
     )
+    memory.require(memory.lesson_gradcheck_bytes(cfg.blocks, cfg.width, cfg.rows), "this check")
     lines, ok = _gradcheck_lines(cfg)
     print("\n".join(lines))
     return 0 if ok else 1

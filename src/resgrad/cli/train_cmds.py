@@ -8,6 +8,7 @@ import sys
 
 from resgrad.cli import _common
 from resgrad.nn.blocks import INITS, VARIANTS
+from resgrad.perf import memory
 from resgrad.train.loop import (
     DepthTrainConfig,
     TrainConfig,
@@ -70,6 +71,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--resume", action="store_true", help="continue the run in --out-dir from last.ckpt"
     )
+    _common.add_threads(p)
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser(
@@ -78,21 +80,33 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Continue --start with --num-tokens characters sampled from the model "
         "in --out-dir (last.ckpt, or best.ckpt with --best). Each new token reuses the "
         "cached keys and values; past block_size tokens the context is cropped to the last "
-        "block_size.",
+        "block_size. Characters are printed as they are generated.",
     )
     p.add_argument("--out-dir", required=True, help="a directory written by resgrad train")
     p.add_argument("--start", default="\n", help="the text to continue (default: a newline)")
     p.add_argument(
-        "--num-tokens", type=_common.nonneg_int, default=500, help="characters to generate"
+        "--num-tokens",
+        type=_common.nonneg_int,
+        default=500,
+        help="characters to generate (default: 500)",
     )
     p.add_argument(
-        "--temperature", type=_common.positive_float, default=0.8, help="softmax temperature"
+        "--temperature",
+        type=_common.positive_float,
+        default=0.8,
+        help="softmax temperature (default: 0.8)",
     )
     p.add_argument(
-        "--top-k", type=_common.positive_int, default=200, help="sample among the k most likely"
+        "--top-k",
+        type=_common.positive_int,
+        default=200,
+        help="sample among the k most likely (default: 200)",
     )
-    p.add_argument("--seed", type=_common.seed, default=1337, help="seed of the sampler")
+    p.add_argument(
+        "--seed", type=_common.seed, default=1337, help="seed of the sampler (default: 1337)"
+    )
     p.add_argument("--best", action="store_true", help="use best.ckpt instead of last.ckpt")
+    _common.add_threads(p)
     p.set_defaults(func=cmd_sample)
 
     g = DepthTrainConfig()
@@ -124,6 +138,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=g.variants,
         help=f"comma-separated residual schemes (default: {','.join(g.variants)})",
     )
+    _common.add_threads(p)
     p.set_defaults(func=cmd_depth_train)
 
 
@@ -147,6 +162,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         cfg = resume_config(out_dir, **given)
     else:
         cfg = TrainConfig(**given, out_dir=out_dir)
+    memory.require(memory.train_bytes(cfg), "this training run")
     res = _run("train", train, cfg, progress=None)
     if res is None:
         return 1
@@ -158,23 +174,34 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _write(text: str) -> None:
+    sys.stdout.write(text)
+    sys.stdout.flush()
+
+
 def cmd_sample(args: argparse.Namespace) -> int:
-    text = sample_text(
-        args.out_dir,
-        args.start,
-        args.num_tokens,
-        temperature=args.temperature,
-        top_k=args.top_k,
-        seed=args.seed,
-        best=args.best,
-    )
-    print(text)
+    try:  # each token is printed as it is drawn: Ctrl-C keeps what was generated
+        sample_text(
+            args.out_dir,
+            args.start,
+            args.num_tokens,
+            temperature=args.temperature,
+            top_k=args.top_k,
+            seed=args.seed,
+            best=args.best,
+            on_text=_write,
+        )
+    except KeyboardInterrupt:
+        print(flush=True)  # end the cut line; main() reports the interrupt
+        raise
+    print(flush=True)
     return 0
 
 
 def cmd_depth_train(args: argparse.Namespace) -> int:
     fields = {f.name for f in dataclasses.fields(DepthTrainConfig)}
     cfg = DepthTrainConfig(**{k: v for k, v in vars(args).items() if k in fields})
+    memory.require(memory.train_bytes(cfg.train_config(cfg.variants[0])), "this training run")
     summary = _run("depth-train", depth_train, cfg, progress=None)
     if summary is None:
         return 1

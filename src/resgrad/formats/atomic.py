@@ -11,12 +11,13 @@ This is a low-level module: it imports nothing from resgrad.
 
 from __future__ import annotations
 
+import glob
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import BinaryIO
 
-__all__ = ["atomic_write", "atomic_write_bytes", "atomic_write_text"]
+__all__ = ["atomic_write", "atomic_write_bytes", "atomic_write_text", "remove_stale_temporaries"]
 
 
 def _fsync_dir(directory: str) -> None:
@@ -40,6 +41,35 @@ def _file_mode(path: str) -> int:
         return 0o666 & ~umask
 
 
+def _tmp_prefix(path: str) -> str:
+    return f".{os.path.basename(path)}."
+
+
+def remove_stale_temporaries(directory: str | os.PathLike, names: Iterable[str]) -> list[str]:
+    """Delete the temporaries a killed :func:`atomic_write` of ``directory/name`` left behind.
+
+    Only files named as this module names its temporaries (``.<name>.XXXXXXXX.tmp``)
+    for the given ``names`` are touched. Call it only while holding the directory's
+    lock (:mod:`resgrad.formats.lock`), or it could delete a live writer's file.
+
+    Returns
+    -------
+    list of str
+        The paths removed.
+    """
+    directory = os.fspath(directory)
+    removed = []
+    for name in names:
+        pattern = os.path.join(glob.escape(directory), glob.escape(_tmp_prefix(name)) + "*.tmp")
+        for tmp in glob.glob(pattern):
+            try:
+                os.unlink(tmp)
+                removed.append(tmp)
+            except FileNotFoundError:
+                pass
+    return removed
+
+
 def atomic_write(path: str | os.PathLike, write_fn: Callable[[BinaryIO], None]) -> None:
     """Write ``path`` atomically; ``write_fn(f)`` writes the content to a binary file.
 
@@ -60,7 +90,7 @@ def atomic_write(path: str | os.PathLike, write_fn: Callable[[BinaryIO], None]) 
     directory = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(directory):
         raise FileNotFoundError(f"directory {directory!r} does not exist (writing {path!r})")
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
+    fd, tmp = tempfile.mkstemp(prefix=_tmp_prefix(path), suffix=".tmp", dir=directory)
     try:
         os.fchmod(fd, _file_mode(path))  # mkstemp makes 0600; give the usual mode instead
         with os.fdopen(fd, "wb") as f:

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from resgrad.formats.atomic import atomic_write_bytes, atomic_write_text
+from resgrad.formats.lock import lock_dir
 from resgrad.formats.records import to_csv
 from resgrad.lab.sweep import check_backend, run_grid, sidecar_path
 from resgrad.plots import figure_bytes, new_figure
@@ -298,21 +299,32 @@ def run_experiment(
     scheduler: str | None = None,
     connect_timeout: float = 5.0,
     progress: bool | None = None,
+    threads: int | None = None,
 ) -> dict:
     """Run every cell of ``cfg`` into ``out_dir`` and write the results there.
 
     Files: ``runs/<cell>/`` (each cell's run), ``cells.csv`` (one row per cell),
     ``summary.json`` (the config, the per-group summary, the unigram entropy),
     ``summary.md`` (the table) and ``<name>.png`` (the figure). Returns the summary.
+    One experiment at a time writes ``out_dir``: a second fails at once, naming the
+    holder (:func:`resgrad.formats.lock.lock_dir`). ``threads``: BLAS threads per
+    local worker (default: cores // jobs).
     """
     check_backend(jobs, backend, scheduler, connect_timeout)
     os.makedirs(os.path.join(out_dir, "runs"), exist_ok=True)
+    with lock_dir(out_dir, "experiment directory"):
+        return _run_experiment(cfg, out_dir, jobs, backend, scheduler, connect_timeout,
+                               progress, threads)  # fmt: skip
+
+
+def _run_experiment(cfg, out_dir, jobs, backend, scheduler, connect_timeout, progress, threads):
     cells = cfg.cells(out_dir)
     keys = [json.dumps([c.variant, c.n_layer, c.lr, c.warmup_iters, c.seed]) for _, c in cells]
     side = sidecar_path(os.path.join(out_dir, "cells.csv"))
     grid = run_grid(list(zip(keys, [c for _, c in cells])), run_cell, side, jobs=jobs,
                     backend=backend, scheduler=scheduler, connect_timeout=connect_timeout,
-                    progress=progress, desc=f"experiment {cfg.name}")  # fmt: skip
+                    progress=progress, desc=f"experiment {cfg.name}",
+                    threads=threads)  # fmt: skip
     rows = [r for k in keys for r in grid.done[k]]
     summary = summarize(rows)
     entropy = unigram_entropy(load_corpus(cfg.data, cfg.block_size).text)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import math
 import os
+import stat
 from collections import Counter
 from dataclasses import dataclass
 
@@ -130,10 +131,27 @@ class Corpus:
         return hashlib.sha256(self.text.encode("utf-8")).hexdigest()
 
 
+MAX_DATA_BYTES = 2**30  # 1 GiB: a character-level NumPy model has no use for more text
+
+
 def read_text(path: str | os.PathLike) -> str:
-    """A UTF-8 text file's content; a clear ValueError if it is empty or not UTF-8."""
+    """A UTF-8 text file's content; a clear ValueError if it is empty or not UTF-8.
+
+    Only a regular file is read (not ``/dev/zero``, a pipe or a directory), and at
+    most ``MAX_DATA_BYTES``: a larger text is refused rather than read into memory.
+    """
     with open(path, "rb") as f:
-        raw = f.read()
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            raise ValueError(
+                f"data {os.fspath(path)!r} is not a regular file (a device, pipe or "
+                "directory); give a UTF-8 text file"
+            )
+        raw = f.read(MAX_DATA_BYTES + 1)  # bounded even if the file grows while we read
+    if len(raw) > MAX_DATA_BYTES:
+        raise ValueError(
+            f"data file {os.fspath(path)!r} is larger than {MAX_DATA_BYTES // 2**20} MiB, the "
+            "most resgrad reads; use a part of it"
+        )
     if not raw:
         raise ValueError(f"data file {os.fspath(path)!r} is empty")
     try:

@@ -34,16 +34,18 @@ astray (:class:`resgrad.train.dynamics.DynamicsMonitor`).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import os
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
-from resgrad.formats.atomic import atomic_write_bytes, atomic_write_text
+from resgrad.formats.atomic import atomic_write_bytes, atomic_write_text, remove_stale_temporaries
 from resgrad.formats.checkpoint import (
     BEST,
     LAST,
@@ -53,6 +55,7 @@ from resgrad.formats.checkpoint import (
     load_checkpoint,
     save_checkpoint,
 )
+from resgrad.formats.lock import lock_dir
 from resgrad.nn.blocks import INITS, VARIANTS
 from resgrad.nn.model import GPT, GPTConfig, per_block_norms
 from resgrad.plots import figure_bytes, new_figure
@@ -91,6 +94,7 @@ PLOT = "loss.png"
 # others must match, or the continuation would silently be another run
 RESUMABLE = ("max_iters", "eval_interval", "eval_iters", "data", "out_dir", "resume")
 _SEED_DATA, _SEED_DROPOUT, _SEED_EVAL = 1, 2, 3  # streams of np.random.default_rng([seed, k])
+MAX_EVAL_ITERS = 10_000  # batches per split per evaluation; std error 1/sqrt(n) is 1% here
 _MIN_INT = {  # integer fields of TrainConfig -> smallest allowed value
     "n_layer": 1, "n_head": 1, "n_embd": 1, "block_size": 1, "batch_size": 1, "max_iters": 0,
     "warmup_iters": 0, "lr_decay_iters": 1, "eval_interval": 1, "eval_iters": 1,
@@ -145,6 +149,12 @@ class TrainConfig:
     def __post_init__(self):
         for name, lo in _MIN_INT.items():
             _int(name, getattr(self, name), lo)
+        if self.eval_iters > MAX_EVAL_ITERS:  # an evaluation blocks training, with no output
+            raise ValueError(
+                f"eval_iters must be at most {MAX_EVAL_ITERS}, got {self.eval_iters!r}: each "
+                "evaluation runs eval_iters batches per split before training goes on, and "
+                f"{MAX_EVAL_ITERS} already pin the mean loss to 1% of one batch's spread"
+            )
         _int("seed", self.seed, 0)
         if self.seed >= 2**32:
             raise ValueError(f"seed must be < 2**32, got {self.seed!r}")
@@ -206,21 +216,45 @@ class TrainResult:
 # --------------------------------------------------------------------------- metrics
 
 
-def read_metrics(out_dir: str | os.PathLike, upto: int | None = None) -> list[dict]:
+_RECORD_FIELDS = {"iter": ("loss",), "eval": ("train_loss", "val_loss")}  # beside "iter"
+
+
+def _is_record(r) -> bool:
+    """Whether ``r`` is a step or evaluation record as :func:`train` writes them."""
+    if not isinstance(r, dict) or r.get("kind") not in _RECORD_FIELDS:
+        return False
+    it = r.get("iter")
+    if isinstance(it, bool) or not isinstance(it, int):
+        return False
+    return all(isinstance(r.get(k), (int, float)) for k in _RECORD_FIELDS[r["kind"]])
+
+
+def read_metrics(
+    out_dir: str | os.PathLike, upto: int | None = None, problems: list[str] | None = None
+) -> list[dict]:
     """The records of ``out_dir/metrics.jsonl``; a torn last line (a killed run) is skipped.
 
     With ``upto``, only records of steps before ``upto`` and evaluations at or before it.
+    Lines that are not records :func:`train` writes (foreign or damaged) are skipped
+    too; with ``problems``, each is described there, as is a missing file.
     """
+    problems = [] if problems is None else problems
     path = os.path.join(os.fspath(out_dir), METRICS)
     if not os.path.exists(path):
+        problems.append(f"{METRICS} is missing")
         return []
     records = []
-    with open(path, encoding="utf-8") as f:
-        for line in f:
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for n, line in enumerate(f, 1):
             try:
                 r = json.loads(line)
             except json.JSONDecodeError:
-                continue  # a line cut short by a kill
+                if line.endswith("\n"):  # not the tail a kill cut short: damage
+                    problems.append(f"line {n} of {METRICS} is not JSON (skipped)")
+                continue
+            if not _is_record(r):
+                problems.append(f"line {n} of {METRICS} is not a resgrad record (skipped)")
+                continue
             if upto is not None:
                 if r["iter"] >= upto if r["kind"] == "iter" else r["iter"] > upto:
                     continue
@@ -413,6 +447,7 @@ class _Run:
     start: int  # completed steps
     best: float | None  # best validation loss so far
     records: list[dict]  # metrics so far
+    repaired: str | None = None  # what was wrong with metrics.jsonl on resume, if anything
 
 
 def _start_run(cfg: TrainConfig, last_path: str) -> _Run:
@@ -457,6 +492,15 @@ def _start_run(cfg: TrainConfig, last_path: str) -> _Run:
         model.params[k][...] = v
     opt = AdamW(model.params, cfg.adamw())
     opt.load_state_dict(ckpt.optimizer)
+    problems: list[str] = []
+    records = read_metrics(out_dir, upto=ckpt.iteration, problems=problems)  # drop what a
+    # kill left after the checkpoint; the checkpoint is the truth, the metrics follow it
+    repaired = None
+    if problems:
+        repaired = (
+            f"{'; '.join(problems[:3])}{' ...' if len(problems) > 3 else ''}; resuming from "
+            f"{LAST} at iteration {ckpt.iteration} and keeping the metrics that are usable"
+        )
     return _Run(
         corpus=corpus,
         model=model,
@@ -465,7 +509,8 @@ def _start_run(cfg: TrainConfig, last_path: str) -> _Run:
         dropout_rng=generator_from_state(ckpt.rng_states["dropout"]),
         start=ckpt.iteration,
         best=ckpt.best_val_loss,
-        records=read_metrics(out_dir, upto=ckpt.iteration),  # drop what a kill left after it
+        records=records,
+        repaired=repaired,
     )
 
 
@@ -486,6 +531,32 @@ def _checkpoint(run: _Run, it: int, best: float, config: dict) -> Checkpoint:
     )
 
 
+def _holding_out_dir(*names: str):
+    """Run ``fn(cfg, ...)`` holding the lock of ``cfg.out_dir`` (resgrad.formats.lock).
+
+    A second run into the same directory fails at once (``Locked``, an OSError)
+    naming the directory and the holder. Under the lock, the temporaries of
+    ``names`` that a killed atomic write left behind are removed first.
+    """
+
+    def wrap(fn):
+        @functools.wraps(fn)
+        def run(cfg, *args, **kwargs):
+            os.makedirs(cfg.out_dir, exist_ok=True)
+            with lock_dir(cfg.out_dir):
+                removed = remove_stale_temporaries(cfg.out_dir, names)
+                if removed:
+                    say = kwargs.get("log") or (lambda s: print(s, file=sys.stderr))
+                    say(f"removed {len(removed)} temporary file(s) a killed run left in "
+                        f"{cfg.out_dir!r}")  # fmt: skip
+                return fn(cfg, *args, **kwargs)
+
+        return run
+
+    return wrap
+
+
+@_holding_out_dir(LAST, BEST, METRICS, PLOT)
 def train(
     cfg: TrainConfig,
     *,
@@ -515,7 +586,8 @@ def train(
         Bad data, an out_dir that already holds a run (without ``resume``), or a
         checkpoint that is corrupted or does not match ``cfg``.
     OSError
-        If the data or out_dir cannot be read or written.
+        If the data or out_dir cannot be read or written;
+        ``resgrad.formats.lock.Locked`` if another run holds out_dir.
     """
     from tqdm.auto import tqdm
 
@@ -544,6 +616,11 @@ def train(
         unit="it", dynamic_ncols=True, desc=f"train {cfg.variant}",
     )  # fmt: skip
     say = log if log is not None else (lambda s: bar.write(s))
+    if run.repaired:
+        say(run.repaired)
+    # on resume, the evaluation at the checkpoint's iteration is in the metrics already,
+    # unless they were damaged: then it is run again (same batches, same numbers)
+    evaluated = any(r["kind"] == "eval" and r["iter"] == start for r in records)
     metrics = open(metrics_path, "a", encoding="utf-8")  # closed in the finally below
     dyn = DynamicsWriter(out_dir, L, start, log=say, config=dataclasses.asdict(cfg))  # closed below
     monitor = DynamicsMonitor(say)
@@ -555,7 +632,7 @@ def train(
         while True:
             # --- evaluate, log, checkpoint, plot (not again at the iteration we resumed at)
             if (it % cfg.eval_interval == 0 or it >= cfg.max_iters) and not (
-                cfg.resume and it == start
+                cfg.resume and it == start and evaluated
             ):
                 with np.errstate(all="ignore"):
                     losses = estimate_loss(model, corpus, cfg)
@@ -717,6 +794,7 @@ def render_depth_plot(
     return figure_bytes(fig, "png")
 
 
+@_holding_out_dir("depth_train.png", "depth_train.json")
 def depth_train(
     cfg: DepthTrainConfig, *, progress: bool | None = True, log: Callable[[str], None] | None = None
 ) -> dict:
@@ -731,6 +809,13 @@ def depth_train(
         The summary written to ``depth_train.json``: per variant, the final and
         best losses, seconds, and the per-layer gradient norms at the first and last step.
     """
+    for v in cfg.variants:  # depth-train has no --resume: refuse before training anything
+        held = os.path.join(cfg.train_config(v).out_dir, LAST)
+        if os.path.exists(held):
+            raise ValueError(
+                f"{cfg.out_dir!r} already holds a depth-train run ({held}); depth-train "
+                "cannot continue one: choose another --out-dir or delete this one"
+            )
     say = log if log is not None else print
     runs, summary = {}, {"config": dataclasses.asdict(cfg), "variants": {}}
     for v in cfg.variants:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -216,6 +217,7 @@ def generate(
     temperature: float = 1.0,
     top_k: int | None = None,
     logits_out: list | None = None,
+    on_token: Callable[[np.ndarray], None] | None = None,
 ) -> np.ndarray:
     """Continue each row of ``idx`` by ``num_tokens`` sampled tokens.
 
@@ -229,6 +231,8 @@ def generate(
         As :func:`sample_token`.
     logits_out : list, optional
         If given, receives the (B, V) logits each new token was drawn from.
+    on_token : callable, optional
+        Called with each new token, int64 (B,), as soon as it is drawn (to stream it).
 
     Returns
     -------
@@ -250,6 +254,8 @@ def generate(
             logits_out.append(logits)
         nxt = sample_token(logits, rng, temperature, top_k)  # (B,)
         out.append(nxt[:, None])  # (B, 1)
+        if on_token is not None:
+            on_token(nxt)
         if n + 1 == num_tokens:
             break
         if cache.length < bs:
@@ -307,9 +313,11 @@ def sample_text(
     top_k: int | None = None,
     seed: int = 0,
     best: bool = False,
+    on_text: Callable[[str], None] | None = None,
 ) -> str:
     """Load a checkpoint (as :func:`load_model`) and continue ``start``; returns start
-    plus the new text.
+    plus the new text. ``on_text``, if given, receives ``start`` and then each new
+    token's text as soon as it is drawn (a streaming printer keeps what an interrupt cuts).
 
     Raises
     ------
@@ -323,7 +331,17 @@ def sample_text(
         ids = tok.encode(start)  # (T0,)
     except ValueError as e:
         raise ValueError(f"start text: {e}") from None
+    stream = None
+    if on_text is not None:
+        on_text(start)
+        stream = lambda t: on_text(tok.decode(t))  # noqa: E731  (B=1,) -> its text
     out = generate(
-        model, ids[None, :], num_tokens, np.random.default_rng(seed), temperature, top_k
+        model,
+        ids[None, :],
+        num_tokens,
+        np.random.default_rng(seed),
+        temperature,
+        top_k,
+        on_token=stream,
     )  # (1, T0 + N)
     return tok.decode(out[0])

@@ -1,0 +1,140 @@
+"""Will it fit? An upper estimate of a command's memory, checked before it allocates.
+
+Legend: B = batch, T = sequence, C = width, H = heads, L = depth, V = vocab size,
+P = parameters.
+
+A size that cannot fit (``resgrad flow --depth 100000``) should fail at once with
+one line, not after minutes of swapping or with a MemoryError traceback. Each
+estimate below counts the command's main arrays only and rounds every count up,
+so it is an order-of-magnitude upper bound, not a prediction: it is meant to
+refuse the impossible, never to refuse something that fits. The counts, per
+element of the dtype:
+
+- a GPT of L blocks: P = V*C + T*C + L*(12*C^2 + 13*C) + 2*C parameters;
+- its forward caches per block, kept for the backward pass: at most 32*B*T*C
+  (LayerNorms, q/k/v, the MLP's 4C hidden, dropout masks, residual sums) plus
+  4*B*H*T*T (scores, probabilities, their gradients); the logits and their
+  gradient: 3*B*T*V;
+- training (float32): parameters, gradients and AdamW's two moments, 4*P, plus
+  the caches; the character corpus as text, UTF-8 bytes and int64 ids: 14 bytes
+  per character;
+- the gradient-flow lab (float64): 4*P plus the caches, one seed at a time;
+- the lesson's stack (float64): its bank of max(depth) C x C matrices and, per
+  layer, 4*B*C of caches;
+- the lesson's gradient check (float64): every W, its numerical gradient's
+  workspace, 3*blocks*C^2, plus 10*rows*C.
+
+Available memory is the kernel's ``MemAvailable`` (``/proc/meminfo``), or free
+physical pages where that file does not exist.
+"""
+
+from __future__ import annotations
+
+import os
+
+from resgrad.lab.flow import LESSON_VARIANTS, FlowConfig
+from resgrad.train.loop import TrainConfig
+
+__all__ = [
+    "NotEnoughMemory",
+    "available_bytes",
+    "flow_bytes",
+    "format_bytes",
+    "gpt_bytes",
+    "gpt_params",
+    "lesson_gradcheck_bytes",
+    "lesson_stack_bytes",
+    "require",
+    "train_bytes",
+]
+
+ASSUMED_VOCAB = 256  # V for an estimate made before the corpus is read (bytes: at most 256)
+
+
+class NotEnoughMemory(MemoryError):
+    """A command's memory estimate exceeds what is available; the message gives both."""
+
+
+def available_bytes() -> int | None:
+    """Memory the kernel says a process can still allocate without swapping; None if unknown."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024  # the file counts kB
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def format_bytes(n: float) -> str:
+    """``n`` bytes as e.g. ``'1.5 GiB'``."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if n < 1024 or unit == "PiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    raise AssertionError  # unreachable
+
+
+def require(nbytes: float, what: str, available: int | None = None) -> None:
+    """Refuse, with one line, if ``nbytes`` (an upper estimate) exceeds available memory.
+
+    Raises
+    ------
+    NotEnoughMemory
+        Naming ``what``, the estimate and the memory available.
+    """
+    avail = available_bytes() if available is None else available
+    if avail is not None and nbytes > avail:
+        raise NotEnoughMemory(
+            f"{what} would need about {format_bytes(nbytes)} of memory (an upper estimate) "
+            f"but {format_bytes(avail)} is available; choose smaller sizes"
+        )
+
+
+def gpt_params(L: int, C: int, T: int, V: int) -> int:
+    """Parameters of a GPT of L blocks, width C, context T and vocabulary V."""
+    return V * C + T * C + L * (12 * C * C + 13 * C) + 2 * C
+
+
+def gpt_bytes(L: int, C: int, H: int, T: int, B: int, V: int, itemsize: int, states: int) -> int:
+    """Upper estimate for a GPT's forward and backward on (B, T) tokens.
+
+    ``states`` arrays the size of the parameters are held (2: parameters and
+    gradients; 4: with AdamW's moments).
+    """
+    caches = L * (32 * B * T * C + 4 * B * H * T * T) + 3 * B * T * V
+    return itemsize * (states * gpt_params(L, C, T, V) + caches)
+
+
+def lesson_stack_bytes(depth: int, C: int, B: int) -> int:
+    """Upper estimate for the lesson's tanh stack of ``depth`` layers (float64)."""
+    return 8 * depth * (C * C + 4 * B * C)
+
+
+def lesson_gradcheck_bytes(blocks: int, C: int, rows: int) -> int:
+    """Upper estimate for the lesson's float64 gradient check."""
+    return 8 * (3 * blocks * C * C + 10 * rows * C)
+
+
+def flow_bytes(cfg: FlowConfig) -> int:
+    """Upper estimate for measuring one stack of the gradient-flow lab (one seed at a time)."""
+    if cfg.variant in LESSON_VARIANTS:
+        return lesson_stack_bytes(cfg.depth, cfg.width, cfg.batch)
+    return gpt_bytes(cfg.depth, cfg.width, cfg.heads, cfg.seq, cfg.batch, cfg.vocab, 8, 4)
+
+
+def train_bytes(cfg: TrainConfig, vocab: int = ASSUMED_VOCAB) -> int:
+    """Upper estimate for a training run: the float32 model, AdamW, caches and the corpus."""
+    chars = 500_000  # the built-in corpus has about 465,000 characters
+    if cfg.data is not None:
+        try:
+            chars = os.stat(cfg.data).st_size  # characters <= UTF-8 bytes
+        except OSError:
+            chars = 0  # reading it will fail with its own clear error
+    model = gpt_bytes(cfg.n_layer, cfg.n_embd, cfg.n_head, cfg.block_size, cfg.batch_size,
+                      vocab, 4, 4)  # fmt: skip
+    return model + 14 * chars

@@ -1,0 +1,62 @@
+"""The run lock: a second holder fails at once naming the first; a SIGKILLed holder frees it."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from resgrad.formats.lock import LOCK_NAME, Locked, hold_lock, lock_dir, lock_path_for
+
+SRC = os.path.join(os.path.dirname(__file__), "..", "..", "src")
+
+HOLDER = textwrap.dedent(
+    """
+    import sys, time
+    from resgrad.formats.lock import lock_dir
+    with lock_dir(sys.argv[1]):
+        print("held", flush=True)
+        time.sleep(600)
+    """
+)
+
+
+def _start_holder(directory):
+    env = {**os.environ, "PYTHONPATH": os.path.abspath(SRC)}
+    p = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(directory)], stdout=subprocess.PIPE, text=True, env=env
+    )
+    assert p.stdout.readline() == "held\n"  # blocks until the lock and its info are in place
+    return p
+
+
+def test_a_second_holder_fails_at_once_naming_the_first_and_sigkill_frees_it(tmp_path):
+    holder = _start_holder(tmp_path)
+    try:
+        with pytest.raises(Locked) as e:
+            with lock_dir(tmp_path):
+                pass
+        msg = str(e.value)
+        assert str(tmp_path) in msg and f"pid {holder.pid}" in msg and "\n" not in msg
+        assert isinstance(e.value, OSError)  # the CLI turns it into exit status 2
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait(timeout=60)
+        holder.stdout.close()
+    # the kernel dropped the flock with the process: the stale lock file does not block
+    assert os.path.exists(tmp_path / LOCK_NAME)
+    with lock_dir(tmp_path):
+        assert os.path.exists(str(tmp_path / LOCK_NAME) + ".info")
+    assert not os.path.exists(str(tmp_path / LOCK_NAME) + ".info")  # removed on release
+
+
+def test_released_lock_can_be_taken_again_in_process(tmp_path):
+    path = lock_path_for(tmp_path / "out.csv", directory=False)
+    assert os.path.basename(path) == ".out.csv.lock"
+    for _ in range(2):
+        with hold_lock(path, "x"):
+            with pytest.raises(Locked, match="x is in use"):
+                with hold_lock(path, "x"):
+                    pass
