@@ -59,7 +59,7 @@ def test_ruff_is_clean():
 FLOORS = [
     ("nn", ["residual", "layers", "blocks", "model"]),  # the model
     ("verify", ["gradcheck", "selfcheck"]),  # the proofs
-    ("formats", ["atomic", "records", "checkpoint"]),  # files
+    ("formats", ["atomic", "records", "checkpoint", "hf"]),  # files
     ("plots", [""]),  # figures
     ("train", ["data", "optim", "sample", "loop"]),  # training and sampling
     ("lab", ["lesson", "flow", "sweep"]),  # the gradient-flow lab
