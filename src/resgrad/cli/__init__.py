@@ -14,11 +14,19 @@ from __future__ import annotations
 import argparse
 import sys
 
-from resgrad.cli import _common, bench_cmds, check_cmds, flow_cmds, lesson_cmds, train_cmds
+from resgrad.cli import (
+    _common,
+    bench_cmds,
+    check_cmds,
+    export_cmds,
+    flow_cmds,
+    lesson_cmds,
+    train_cmds,
+)
 from resgrad.perf.heap import keep_freed_memory
 
 # one module per group of subcommands, in the order `resgrad --help` lists them
-COMMAND_MODULES = [lesson_cmds, check_cmds, flow_cmds, train_cmds, bench_cmds]
+COMMAND_MODULES = [lesson_cmds, check_cmds, flow_cmds, train_cmds, export_cmds, bench_cmds]
 
 
 def build_parser() -> argparse.ArgumentParser:

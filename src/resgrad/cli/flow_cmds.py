@@ -57,6 +57,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         "input, the default), stream_act (the stream's norm) or param_grad (the gradient of "
         "the layer's parameters)",
     )
+    p.add_argument(
+        "--from-pretrained",
+        metavar="DIR_OR_NAME",
+        help="profile a trained GPT-2 instead (a directory, a hub name such as gpt2, or a "
+        "nanoGPT ckpt.pt) on windows of --text; --seq, --batch, --seeds apply",
+    )
+    p.add_argument("--text", metavar="FILE", help="UTF-8 text for --from-pretrained")
     p.set_defaults(func=cmd_flow)
 
     s = sub.add_parser(
@@ -141,8 +148,13 @@ def _add_sizes(p: argparse.ArgumentParser, d: flow.FlowConfig, single: bool) -> 
 def cmd_flow(args: argparse.Namespace) -> int:
     if args.plot:
         plot_format(args.plot)  # a bad extension fails before any work
-    records = []
-    for v in args.variant:
+    if args.from_pretrained is not None:
+        records = _pretrained_records(args)
+    elif args.text is not None:
+        raise ValueError("--text is the input of --from-pretrained; give that too")
+    else:
+        records = []
+    for v in args.variant if args.from_pretrained is None else ():
         cfg = flow.FlowConfig(
             variant=v, depth=args.depth, width=args.width, heads=args.heads, seq=args.seq,
             batch=args.batch, init=args.init, loss=args.loss, seeds=tuple(range(args.seeds)),
@@ -212,3 +224,21 @@ def render_per_layer(cfg: StackConfig, fmt: str = "table", ratio: bool = False) 
             lines.append(line)
         return "\n".join(lines) + "\n"
     return _common.render_rows(rows, keys, fmt, meta={"config": cfg.as_dict()})
+
+
+def _pretrained_records(args: argparse.Namespace) -> list:
+    from resgrad.lab.realflow import measure_model
+    from resgrad.train.data import read_text
+    from resgrad.train.pretrained import load_pretrained
+
+    if args.text is None:
+        raise ValueError("--from-pretrained needs --text FILE, the text to run the model on")
+    text = read_text(args.text)
+    model, tok = load_pretrained(args.from_pretrained)
+    if tok is None:
+        raise ValueError(f"{args.from_pretrained!r} has no tokenizer to read --text with")
+    name = os.path.basename(os.path.normpath(args.from_pretrained))
+    return measure_model(
+        model, tok.encode(text), seq=args.seq, batch=args.batch, seeds=range(args.seeds),
+        name=name,
+    )  # fmt: skip

@@ -8,6 +8,7 @@ import sys
 
 from resgrad.cli import _common
 from resgrad.nn.blocks import INITS, VARIANTS
+from resgrad.train.bpe import KINDS
 from resgrad.train.loop import (
     DepthTrainConfig,
     TrainConfig,
@@ -17,6 +18,13 @@ from resgrad.train.loop import (
     train,
 )
 from resgrad.train.sample import sample_text
+
+
+def _tokenizer_kind(text: str) -> str:
+    if text not in KINDS:
+        raise argparse.ArgumentTypeError(f"expected one of {', '.join(KINDS)}, got {text!r}")
+    return text
+
 
 # flag -> (TrainConfig field, type, help); nanoGPT's names with dashes
 TRAIN_FLAGS = [
@@ -41,6 +49,9 @@ TRAIN_FLAGS = [
     ("--init", None, "weight initialization"),
     ("--seed", _common.seed, "seed of the init, batches and dropout"),
     ("--data", str, "a UTF-8 text file (default: the Python reference manual, built in)"),
+    ("--tokenizer", _tokenizer_kind, "char, or bpe: a byte-level BPE trained on the data"),
+    ("--vocab-size", _common.positive_int, "tokens of the BPE (>= 256), with --tokenizer bpe"),
+    ("--init-from", str, "fine-tune a pretrained GPT-2: hub name (gpt2), directory or ckpt.pt"),
 ]
 
 
@@ -80,7 +91,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         "cached keys and values; past block_size tokens the context is cropped to the last "
         "block_size.",
     )
-    p.add_argument("--out-dir", required=True, help="a directory written by resgrad train")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--out-dir", help="a directory written by resgrad train")
+    src.add_argument(
+        "--from-pretrained",
+        metavar="DIR_OR_NAME",
+        help="a Hugging Face GPT-2 directory, a hub name (gpt2, owner/name) or a nanoGPT ckpt.pt",
+    )
     p.add_argument("--start", default="\n", help="the text to continue (default: a newline)")
     p.add_argument(
         "--num-tokens", type=_common.nonneg_int, default=500, help="characters to generate"
@@ -159,6 +176,15 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_sample(args: argparse.Namespace) -> int:
+    if args.from_pretrained is not None:
+        from resgrad.train.pretrained import sample_pretrained
+
+        text = sample_pretrained(
+            args.from_pretrained, args.start, args.num_tokens, temperature=args.temperature,
+            top_k=args.top_k, seed=args.seed,
+        )  # fmt: skip
+        print(text)
+        return 0
     text = sample_text(
         args.out_dir,
         args.start,

@@ -70,6 +70,7 @@ class Checkpoint:
     best_val_loss: float | None = None
     rng_states: dict[str, dict] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
+    tokenizer: dict[str, Any] | None = None  # resgrad.train.bpe.tokenizer_record; None: char
 
     def _meta(self) -> dict[str, Any]:
         return {
@@ -80,6 +81,7 @@ class Checkpoint:
             "best_val_loss": None if self.best_val_loss is None else float(self.best_val_loss),
             "rng_states": self.rng_states,
             "extra": self.extra,
+            **({} if self.tokenizer is None else {"tokenizer": self.tokenizer}),
         }
 
 
@@ -170,6 +172,7 @@ def load_checkpoint(path: str | os.PathLike) -> Checkpoint:
         best_val_loss=meta["best_val_loss"],
         rng_states=meta["rng_states"],
         extra=meta["extra"],
+        tokenizer=meta.get("tokenizer"),
     )
 
 
