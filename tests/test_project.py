@@ -34,11 +34,14 @@ def test_ci_runs_the_readme_test_command_verbatim():
 TORCH_ALLOWED = ("formats/nanogpt.py", "load_nanogpt_ckpt")
 
 
-def test_library_never_imports_torch():
-    for path in (ROOT / "src" / "resgrad").rglob("*.py"):
+def torch_imports(pkg):
+    """(file, line) of every torch import under the package folder ``pkg``, but the one
+    allowed inside TORCH_ALLOWED's function."""
+    bad = []
+    for path in pkg.rglob("*.py"):
         tree = ast.parse(path.read_text())
         allowed = set()
-        if path.relative_to(ROOT / "src" / "resgrad").as_posix() == TORCH_ALLOWED[0]:
+        if path.relative_to(pkg).as_posix() == TORCH_ALLOWED[0]:
             fn = next(
                 n
                 for n in tree.body
@@ -53,7 +56,23 @@ def test_library_never_imports_torch():
                 names = [a.name for a in node.names]
             elif isinstance(node, ast.ImportFrom):
                 names = [node.module or ""]
-            assert not any(n.split(".")[0] == "torch" for n in names), path
+            if any(n.split(".")[0] == "torch" for n in names):
+                bad.append((path.relative_to(pkg).as_posix(), node.lineno))
+    return bad
+
+
+def test_library_never_imports_torch():
+    assert torch_imports(ROOT / "src" / "resgrad") == []
+
+
+def test_a_torch_import_outside_the_nanogpt_reader_is_caught(tmp_path):
+    shutil.copytree(ROOT / "src" / "resgrad", tmp_path / "resgrad")
+    nano = tmp_path / "resgrad" / "formats" / "nanogpt.py"
+    nano.write_text(nano.read_text() + "\nimport torch\n")
+    hf = tmp_path / "resgrad" / "formats" / "hf.py"
+    hf.write_text(hf.read_text() + "\n\ndef f():\n    from torch import nn\n")
+    bad = {path for path, _ in torch_imports(tmp_path / "resgrad")}
+    assert bad == {"formats/nanogpt.py", "formats/hf.py"}
 
 
 def test_torch_is_pinned():
