@@ -256,8 +256,8 @@ def gpt_from_state(
             continue  # the causal mask, a buffer
         state[k] = np.asarray(v)
     head = state.pop(HEAD, None)
-    model = GPT(cfg, seed=0, dtype=dtype)
-    names = {ours: spec for ours, spec in _names(cfg.n_layer).items() if ours in model.shapes}
+    shapes = GPT.param_shapes(cfg)
+    names = {ours: spec for ours, spec in _names(cfg.n_layer).items() if ours in shapes}
     theirs_to_ours = {theirs: ours for ours, (theirs, _) in names.items()}
     missing = [theirs for theirs in theirs_to_ours if theirs not in state]
     if missing:
@@ -267,15 +267,17 @@ def gpt_from_state(
     if extra:
         more = f" (and {len(extra) - 1} more)" if len(extra) > 1 else ""
         raise ValueError(f"{where}: unexpected tensor {extra[0]!r}{more} for {cfg.n_layer} layers")
+    params = {}
     for ours, (theirs, transposed) in names.items():
         a = state[theirs]
         if nanogpt and transposed:
             a = a.T  # nn.Linear's (out, in) -> resgrad's (in, out)
-        if a.shape != model.shapes[ours]:
-            want = model.shapes[ours][::-1] if nanogpt and transposed else model.shapes[ours]
+        if a.shape != shapes[ours]:
+            want = shapes[ours][::-1] if nanogpt and transposed else shapes[ours]
             got = state[theirs].shape
             raise ValueError(f"{where}: tensor {theirs!r} has shape {got}; expected {want}")
-        model.params[ours] = np.ascontiguousarray(a, dtype=model.dtype)
+        params[ours] = np.ascontiguousarray(a, dtype=dtype)
+    model = GPT.from_params(cfg, params)  # no random init: GPT-2 124M loads in a second
     if head is not None and not np.array_equal(np.asarray(head), state["wte.weight"]):
         raise ValueError(
             f"{where}: {HEAD!r} differs from wte.weight; resgrad's LM head is tied to wte"
