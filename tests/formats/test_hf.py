@@ -345,3 +345,28 @@ def test_gpt_from_state_accepts_names_with_and_without_the_prefix(tmp_path):
     b = load_hf(d)
     for k in a.params:
         np.testing.assert_array_equal(a.params[k], b.params[k])
+
+
+def test_a_bpe_trained_here_is_the_tokenizer_transformers_reads(torch, transformers, tmp_path):
+    """Export with a BPE trained in the test: transformers' fast tokenizer reads the same ids,
+    and a GPT-2 of that vocabulary agrees with transformers on text encoded by it."""
+    from resgrad.train.bpe import load_tokenizer_dir, train_bpe
+
+    text = "the residual stream carries the gradient home. " * 40
+    bpe = train_bpe(text, 300)
+    cfg = GPTConfig(vocab_size=bpe.vocab_size, block_size=64, n_layer=2, n_head=4, n_embd=64)
+    model = GPT(cfg, seed=0, dtype=np.float64)
+    randomize_params(model.params, np.random.default_rng(1))
+    export_hf(model, tmp_path / "bpe", tokenizer_json=bpe.to_json())
+    fast = transformers.PreTrainedTokenizerFast(
+        tokenizer_file=str(tmp_path / "bpe" / "tokenizer.json")
+    )
+    sample = "the gradient carries the stream home, residually."
+    ours = load_tokenizer_dir(tmp_path / "bpe").encode(sample)
+    assert fast(sample)["input_ids"] == ours.tolist() == bpe.encode(sample).tolist()
+    hf = transformers.GPT2LMHeadModel.from_pretrained(
+        tmp_path / "bpe", dtype=torch.float64, attn_implementation="eager"
+    ).eval()
+    idx = ours[None, :]
+    ref = hf(torch.from_numpy(idx)).logits.detach().numpy()
+    assert np.abs(model.forward(idx)[0] - ref).max() / np.abs(ref).max() < LOGITS_TOL_64

@@ -187,6 +187,9 @@ def test_init_from_fine_tunes_a_pretrained_model(gpt2_dir, text_file, tmp_path, 
     tok = load_pretrained(gpt2_dir)[1]
     # the first evaluation is the pretrained model's own loss, not a fresh init's
     assert first["kind"] == "eval"
+    steps = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))]
+    steps = [r for r in steps if r["kind"] == "iter"]
+    assert all(len(r["layer_grad_norms"]) == 2 for r in steps)  # the model's 2 blocks, not 4
     model, _, ckpt = load_model(out)
     assert model.cfg.n_embd == 16 and model.cfg.vocab_size == pre.cfg.vocab_size
     assert ckpt.tokenizer["kind"] == "bpe" and ckpt.tokenizer["json"] == tok.to_json()

@@ -443,11 +443,12 @@ def _start_run(cfg: TrainConfig, last_path: str) -> _Run:
         )
     if cfg.init_from is None:
         model = GPT(cfg.gpt_config(corpus.tokenizer.vocab_size), seed=cfg.seed)
+        check_params(ckpt.params, model.params, where=f"checkpoint {last_path!r}")
+        for k, v in ckpt.params.items():
+            model.params[k][...] = v
     else:  # a fine-tuned model keeps the pretrained shape its checkpoint records
-        model = GPT(GPTConfig(**ckpt.config["model"]), seed=cfg.seed)
-    check_params(ckpt.params, model.params, where=f"checkpoint {last_path!r}")
-    for k, v in ckpt.params.items():
-        model.params[k][...] = v
+        model_cfg = GPTConfig(**ckpt.config["model"])
+        model = GPT.from_params(model_cfg, {k: np.array(v) for k, v in ckpt.params.items()})
     opt = AdamW(model.params, cfg.adamw())
     opt.load_state_dict(ckpt.optimizer)
     return _Run(
@@ -555,7 +556,7 @@ def train(
         atomic_write_text(os.path.join(out_dir, "tokenizer.json"), corpus.tokenizer.to_json())
     atomic_write_text(metrics_path, "".join(json.dumps(r) + "\n" for r in records))
 
-    schedule, L = cfg.schedule(), cfg.n_layer
+    schedule, L = cfg.schedule(), model.cfg.n_layer  # the model's: init_from brings its own
     entropy = unigram_entropy(corpus.text)
     title = (
         f"{cfg.variant}, L={L} H={cfg.n_head} C={cfg.n_embd} T={cfg.block_size} "

@@ -41,7 +41,7 @@ from resgrad.nn.layers import (
     softmax,
 )
 from resgrad.nn.model import GPT, GPTConfig
-from resgrad.train.bpe import tokenizer_from_record
+from resgrad.train.bpe import BPETokenizer, tokenizer_from_record
 from resgrad.train.data import CharTokenizer
 
 __all__ = [
@@ -264,7 +264,7 @@ def generate(
 
 def load_model(
     path: str | os.PathLike, best: bool = False
-) -> tuple[GPT, CharTokenizer, Checkpoint]:
+) -> tuple[GPT, CharTokenizer | BPETokenizer, Checkpoint]:
     """The model and vocabulary of a checkpoint file, or of a run directory's
     ``last.ckpt`` (``best.ckpt`` with ``best``).
 
