@@ -8,6 +8,7 @@ test-only referees (pinned in pyproject's test extra).
 
 import json
 import os
+import re
 
 import numpy as np
 import pytest
@@ -63,8 +64,6 @@ def _resgrad_name(hf_name):
     k = hf_name.removeprefix("transformer.")
     for ours, (theirs, _) in HF_NAMES.items():
         pat = theirs.replace(".", r"\.").replace("{i}", r"(\d+)")
-        import re
-
         m = re.fullmatch(pat, k)
         if m:
             return ours.format(i=m.group(1)) if m.groups() else ours
@@ -370,3 +369,40 @@ def test_a_bpe_trained_here_is_the_tokenizer_transformers_reads(torch, transform
     idx = ours[None, :]
     ref = hf(torch.from_numpy(idx)).logits.detach().numpy()
     assert np.abs(model.forward(idx)[0] - ref).max() / np.abs(ref).max() < LOGITS_TOL_64
+
+
+def test_a_directory_laid_out_as_the_hub_serves_gpt2(tmp_path):
+    """openai-community/gpt2's files: names without ``transformer.``, the causal-mask buffers
+    ``h.{i}.attn.bias`` stored, an old config (n_ctx, no tie_word_embeddings)."""
+    from safetensors.numpy import save_file
+
+    cfg = GPTConfig(vocab_size=20, block_size=8, n_layer=2, n_head=2, n_embd=8)
+    model = GPT(cfg, seed=0)
+    randomize_params(model.params, np.random.default_rng(0))
+    export_hf(model, tmp_path / "src")
+    from safetensors.numpy import load_file
+
+    t = {
+        k.removeprefix("transformer."): v
+        for k, v in load_file(tmp_path / "src" / "model.safetensors").items()
+    }
+    for i in range(2):
+        t[f"h.{i}.attn.bias"] = np.tril(np.ones((8, 8), np.float32))[None, None]
+        t[f"h.{i}.attn.masked_bias"] = np.array(-1e4, np.float32)
+    d = tmp_path / "hub"
+    d.mkdir()
+    save_file(t, d / "model.safetensors", metadata={"format": "pt"})
+    hub_config = {
+        "activation_function": "gelu_new", "architectures": ["GPT2LMHeadModel"],
+        "attn_pdrop": 0.1, "bos_token_id": 50256, "embd_pdrop": 0.1, "eos_token_id": 50256,
+        "initializer_range": 0.02, "layer_norm_epsilon": 1e-05, "model_type": "gpt2",
+        "n_ctx": 8, "n_embd": 8, "n_head": 2, "n_layer": 2, "n_positions": 8,
+        "resid_pdrop": 0.1, "summary_activation": None, "summary_first_dropout": 0.1,
+        "summary_proj_to_labels": True, "summary_type": "cls_index", "summary_use_proj": True,
+        "task_specific_params": {"text-generation": {"do_sample": True, "max_length": 50}},
+        "vocab_size": 20,
+    }  # fmt: skip
+    (d / "config.json").write_text(json.dumps(hub_config))
+    back = load_hf(d)
+    for k in model.params:
+        np.testing.assert_array_equal(back.params[k], model.params[k])

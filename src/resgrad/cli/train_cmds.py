@@ -86,10 +86,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "sample",
         help="generate text from a trained checkpoint (KV cache)",
-        description="Continue --start with --num-tokens characters sampled from the model "
-        "in --out-dir (last.ckpt, or best.ckpt with --best). Each new token reuses the "
-        "cached keys and values; past block_size tokens the context is cropped to the last "
-        "block_size.",
+        description="Continue --start with --num-tokens tokens sampled from the model "
+        "in --out-dir (last.ckpt, or best.ckpt with --best), or from a pretrained GPT-2 "
+        "(--from-pretrained: a directory, a hub name or a nanoGPT ckpt.pt). Each new token "
+        "reuses the cached keys and values; past block_size tokens the context is cropped to "
+        "the last block_size.",
     )
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--out-dir", help="a directory written by resgrad train")
