@@ -1,6 +1,7 @@
 """resgrad vs PyTorch eager: one float32 training step, side by side, in one run.
 
     python benchmarks/bench_train_step.py                  # all three configs
+    python benchmarks/bench_train_step.py --config gpt2-124m   # GPT-2 124M, T=256, B=4
     python benchmarks/bench_train_step.py --config medium --steps 20
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/bench_train_step.py
     python benchmarks/bench_train_step.py --both-env       # runs itself both ways
@@ -29,6 +30,7 @@ import subprocess
 import sys
 
 from resgrad.perf.bench import (
+    ALL_CONFIGS,
     BENCH_CONFIGS,
     BenchConfig,
     blas_info,
@@ -88,7 +90,7 @@ def torch_model(cfg: BenchConfig):
             super().__init__()
             C = cfg.n_embd
             self.wte = nn.Embedding(cfg.vocab_size, C)
-            self.wpe = nn.Embedding(cfg.block_size, C)
+            self.wpe = nn.Embedding(cfg.n_positions or cfg.block_size, C)
             self.blocks = nn.ModuleList(Block(C, cfg.n_head) for _ in range(cfg.n_layer))
             self.ln_f = nn.LayerNorm(C)
 
@@ -193,7 +195,7 @@ def main() -> None:
     peak = matmul_peak_gflops()
     print(machine_header(peak, heap_kept))
     print(f"PyTorch: {torch.__version__ if torch else 'not installed, resgrad alone'}")
-    names = list(BENCH_CONFIGS) if args.config == "all" else [args.config]
+    names = ALL_CONFIGS if args.config == "all" else [args.config]
     rows = []
     for name in names:
         rows.append(bench_config(BENCH_CONFIGS[name], args.steps, peak))

@@ -149,10 +149,11 @@ MUTANTS = [
            'is_best = best is None or losses["val"] > best', LOOP),
     # -- formats/checkpoint.py
     Mutant("checkpoint checksum not verified", "formats/checkpoint.py",
-           "if hashlib.sha256(payload).digest() != digest:", "if False:", CKPT),
+           'if hashlib.sha256(zeroed).hexdigest() != field.group(1).decode("ascii"):',
+           "if False:", CKPT),
     Mutant("checkpoint drops the optimizer state", "formats/checkpoint.py",
-           'arrays.update({f"optim/{k}": np.asarray(v) for k, v in ckpt.optimizer.items()})',
-           "pass", CKPT),
+           'arrays.update({f"optim/{k}": np.asarray(v, order="C") '
+           'for k, v in ckpt.optimizer.items()})', "pass", CKPT),
     # -- train/sample.py: the KV-cache sampler
     Mutant("sampler: causal mask off by one", "train/sample.py",
            "future = np.arange(S)[None, :] > start + np.arange(T)[:, None]",

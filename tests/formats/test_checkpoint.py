@@ -121,3 +121,93 @@ def test_check_params_names_every_kind_of_mismatch():
 def test_unknown_generator_state_is_refused():
     with pytest.raises(ValueError, match="bit generator"):
         generator_from_state({"bit_generator": "Evil"})
+
+
+# --------------------------------------------------------------------------- format 2
+
+
+def test_a_checkpoint_is_a_safetensors_file_others_can_read(tmp_path):
+    import hashlib
+    import json
+
+    from safetensors import safe_open
+
+    ckpt, _ = _ckpt()
+    path = tmp_path / "last.ckpt"
+    save_checkpoint(path, ckpt)
+    with safe_open(str(path), framework="np") as f:
+        assert set(f.keys()) == {f"params/{k}" for k in ckpt.params} | {
+            f"optim/{k}" for k in ckpt.optimizer
+        }
+        np.testing.assert_array_equal(f.get_tensor("params/wte"), ckpt.params["wte"])
+        meta = f.metadata()
+    assert meta["format"] == "resgrad-checkpoint-2"
+    assert json.loads(meta["resgrad"])["vocab"] == "abcde"
+    raw = path.read_bytes()  # the checksum is the file's, with its own field zeroed
+    zeroed = raw.replace(meta["sha256"].encode(), b"0" * 64)
+    assert hashlib.sha256(zeroed).hexdigest() == meta["sha256"]
+
+
+def test_every_flipped_bit_is_caught(tmp_path):
+    ckpt, _ = _ckpt()
+    path = tmp_path / "last.ckpt"
+    save_checkpoint(path, ckpt)
+    raw = bytearray(path.read_bytes())
+    for pos in range(0, len(raw), 7):  # the length, the header, the metadata, every tensor
+        flipped = raw.copy()
+        flipped[pos] ^= 0x10
+        path.write_bytes(bytes(flipped))
+        with pytest.raises(ValueError, match="corrupted|truncated|not a resgrad checkpoint"):
+            load_checkpoint(path)
+
+
+def test_a_safetensors_file_that_is_not_a_checkpoint(tmp_path):
+    from safetensors.numpy import save_file
+
+    save_file({"wte.weight": np.zeros((2, 2), np.float32)}, tmp_path / "model.safetensors")
+    with pytest.raises(ValueError, match="not a resgrad checkpoint"):
+        load_checkpoint(tmp_path / "model.safetensors")
+
+
+def _v1_bytes(ckpt):
+    """A checkpoint as resgrad 0.1 wrote it (format 1): MAGIC, length, sha256, an .npz."""
+    import hashlib
+    import io
+    import json
+    import struct
+
+    arrays = {f"params/{k}": v for k, v in ckpt.params.items()}
+    arrays.update({f"optim/{k}": v for k, v in ckpt.optimizer.items()})
+    meta = {**ckpt._meta(), "format": 1}
+    meta.pop("tokenizer", None)
+    arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    payload = buf.getvalue()
+    head = struct.pack(
+        "<16sQ32s", b"RESGRAD-CKPT-v1\n", len(payload), hashlib.sha256(payload).digest()
+    )
+    return head + payload
+
+
+def test_a_format_1_checkpoint_still_loads_and_its_errors_stay(tmp_path):
+    ckpt, data_rng = _ckpt()
+    path = tmp_path / "old.ckpt"
+    raw = _v1_bytes(ckpt)
+    path.write_bytes(raw)
+    got = load_checkpoint(path)
+    assert got.iteration == 7 and got.vocab == "abcde" and got.tokenizer is None
+    for k, v in ckpt.params.items():
+        assert got.params[k].dtype == v.dtype and np.array_equal(got.params[k], v)
+    assert int(got.optimizer["step"]) == 7
+    path.write_bytes(raw[:40])
+    with pytest.raises(ValueError, match="truncated"):
+        load_checkpoint(path)
+    path.write_bytes(raw[:-1])
+    with pytest.raises(ValueError, match="truncated"):
+        load_checkpoint(path)
+    flipped = bytearray(raw)
+    flipped[len(raw) // 2] ^= 1
+    path.write_bytes(bytes(flipped))
+    with pytest.raises(ValueError, match="corrupted.*checksum"):
+        load_checkpoint(path)

@@ -1,6 +1,7 @@
 """The performance benchmark's bookkeeping (its timings live in benchmarks/, not here)."""
 
 import importlib.util
+import math
 import pathlib
 
 import numpy as np
@@ -30,7 +31,11 @@ def test_configs_are_the_issue_s():
         "cpu-recipe": (4, 4, 128, 64, 12),
         "small": (4, 4, 128, 64, 32),
         "medium": (6, 6, 384, 256, 8),
+        "gpt2-124m": (12, 12, 768, 256, 4),
     }
+    g = BENCH_CONFIGS["gpt2-124m"].gpt_config()
+    assert (g.vocab_size, g.block_size) == (50257, 1024)  # GPT-2's vocabulary and positions
+    assert [n for n, c in BENCH_CONFIGS.items() if c.in_all] == ["cpu-recipe", "small", "medium"]
 
 
 def test_figures_arithmetic():
@@ -60,8 +65,9 @@ def test_pytorch_model_has_the_same_parameter_count(torch, name):
     mod = _bench_script()
     mod._import_torch()
     cfg = BENCH_CONFIGS[name]
-    t_params = sum(p.numel() for p in mod.torch_model(cfg).parameters())
-    assert t_params == GPT(cfg.gpt_config()).num_params()
+    with mod.torch.device("meta"):  # shapes only: no memory, no init (GPT-2 124M is 0.5 GB)
+        t_params = sum(p.numel() for p in mod.torch_model(cfg).parameters())
+    assert t_params == sum(math.prod(s) for s in GPT.param_shapes(cfg.gpt_config()).values())
 
 
 def test_peak_memory_is_the_child_s_own_report():

@@ -22,6 +22,7 @@ from resgrad.cli import (
     _common,
     bench_cmds,
     check_cmds,
+    export_cmds,
     flow_cmds,
     lab_cmds,
     lesson_cmds,
@@ -31,7 +32,15 @@ from resgrad.perf.heap import keep_freed_memory
 from resgrad.perf.memory import NotEnoughMemory
 
 # one module per group of subcommands, in the order `resgrad --help` lists them
-COMMAND_MODULES = [lesson_cmds, check_cmds, flow_cmds, train_cmds, lab_cmds, bench_cmds]
+COMMAND_MODULES = [
+    lesson_cmds,
+    check_cmds,
+    flow_cmds,
+    train_cmds,
+    export_cmds,
+    lab_cmds,
+    bench_cmds,
+]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -6,6 +6,7 @@ import argparse
 
 from resgrad.cli import _common
 from resgrad.perf.bench import (
+    ALL_CONFIGS,
     BENCH_CONFIGS,
     format_row,
     machine_header,
@@ -43,7 +44,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def cmd_bench(args: argparse.Namespace) -> int:
     peak = matmul_peak_gflops()
     print(machine_header(peak, keep_freed_memory()))  # main() applied it; True again if it took
-    names = list(BENCH_CONFIGS) if args.config == "all" else [args.config]
+    names = ALL_CONFIGS if args.config == "all" else [args.config]
     for name in names:
         print(format_row(resgrad_figures(BENCH_CONFIGS[name], args.steps, peak)), flush=True)
     return 0

@@ -59,6 +59,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         "the layer's parameters)",
     )
     _common.add_threads(p)
+    p.add_argument(
+        "--from-pretrained",
+        metavar="DIR_OR_NAME",
+        help="profile a trained GPT-2 instead (a directory, a hub name such as gpt2, or a "
+        "nanoGPT ckpt.pt) on windows of --text; --seq, --batch, --seeds apply",
+    )
+    p.add_argument("--text", metavar="FILE", help="UTF-8 text for --from-pretrained")
     p.set_defaults(func=cmd_flow)
 
     s = sub.add_parser(
@@ -151,9 +158,15 @@ def _flow_config(args: argparse.Namespace, variant: str) -> flow.FlowConfig:
 def cmd_flow(args: argparse.Namespace) -> int:
     if args.plot:
         plot_format(args.plot)  # a bad extension fails before any work
-    cfgs = [_flow_config(args, v) for v in args.variant]
-    memory.require(max(memory.flow_bytes(c) for c in cfgs), "this flow measurement")
-    records = []
+    if args.from_pretrained is not None:
+        records = _pretrained_records(args)
+    elif args.text is not None:
+        raise ValueError("--text is the input of --from-pretrained; give that too")
+    else:
+        records = []
+    cfgs = [] if args.from_pretrained is not None else [_flow_config(args, v) for v in args.variant]
+    if cfgs:
+        memory.require(max(memory.flow_bytes(c) for c in cfgs), "this flow measurement")
     for cfg in cfgs:
         records += flow.measure(cfg)
     if args.plot:
@@ -224,3 +237,21 @@ def render_per_layer(cfg: StackConfig, fmt: str = "table", ratio: bool = False) 
             lines.append(line)
         return "\n".join(lines) + "\n"
     return _common.render_rows(rows, keys, fmt, meta={"config": cfg.as_dict()})
+
+
+def _pretrained_records(args: argparse.Namespace) -> list:
+    from resgrad.lab.realflow import measure_model
+    from resgrad.train.data import read_text
+    from resgrad.train.pretrained import load_pretrained
+
+    if args.text is None:
+        raise ValueError("--from-pretrained needs --text FILE, the text to run the model on")
+    text = read_text(args.text)
+    model, tok = load_pretrained(args.from_pretrained)
+    if tok is None:
+        raise ValueError(f"{args.from_pretrained!r} has no tokenizer to read --text with")
+    name = os.path.basename(os.path.normpath(args.from_pretrained))
+    return measure_model(
+        model, tok.encode(text), seq=args.seq, batch=args.batch, seeds=range(args.seeds),
+        name=name,
+    )  # fmt: skip

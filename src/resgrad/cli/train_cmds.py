@@ -9,6 +9,7 @@ import sys
 from resgrad.cli import _common
 from resgrad.nn.blocks import INITS, VARIANTS
 from resgrad.perf import memory
+from resgrad.train.bpe import KINDS
 from resgrad.train.loop import (
     DepthTrainConfig,
     TrainConfig,
@@ -18,6 +19,13 @@ from resgrad.train.loop import (
     train,
 )
 from resgrad.train.sample import sample_text
+
+
+def _tokenizer_kind(text: str) -> str:
+    if text not in KINDS:
+        raise argparse.ArgumentTypeError(f"expected one of {', '.join(KINDS)}, got {text!r}")
+    return text
+
 
 # flag -> (TrainConfig field, type, help); nanoGPT's names with dashes
 TRAIN_FLAGS = [
@@ -42,6 +50,9 @@ TRAIN_FLAGS = [
     ("--init", None, "weight initialization"),
     ("--seed", _common.seed, "seed of the init, batches and dropout"),
     ("--data", str, "a UTF-8 text file (default: the Python reference manual, built in)"),
+    ("--tokenizer", _tokenizer_kind, "char, or bpe: a byte-level BPE trained on the data"),
+    ("--vocab-size", _common.positive_int, "tokens of the BPE (>= 256), with --tokenizer bpe"),
+    ("--init-from", str, "fine-tune a pretrained GPT-2: hub name (gpt2), directory or ckpt.pt"),
 ]
 
 
@@ -77,12 +88,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "sample",
         help="generate text from a trained checkpoint (KV cache)",
-        description="Continue --start with --num-tokens characters sampled from the model "
-        "in --out-dir (last.ckpt, or best.ckpt with --best). Each new token reuses the "
-        "cached keys and values; past block_size tokens the context is cropped to the last "
-        "block_size. Characters are printed as they are generated.",
+        description="Continue --start with --num-tokens tokens sampled from the model "
+        "in --out-dir (last.ckpt, or best.ckpt with --best), or from a pretrained GPT-2 "
+        "(--from-pretrained: a directory, a hub name or a nanoGPT ckpt.pt). Each new token "
+        "reuses the cached keys and values; past block_size tokens the context is cropped to "
+        "the last block_size. Text is printed as it is generated.",
     )
-    p.add_argument("--out-dir", required=True, help="a directory written by resgrad train")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--out-dir", help="a directory written by resgrad train")
+    src.add_argument(
+        "--from-pretrained",
+        metavar="DIR_OR_NAME",
+        help="a Hugging Face GPT-2 directory, a hub name (gpt2, owner/name) or a nanoGPT ckpt.pt",
+    )
     p.add_argument("--start", default="\n", help="the text to continue (default: a newline)")
     p.add_argument(
         "--num-tokens",
@@ -181,16 +199,24 @@ def _write(text: str) -> None:
 
 def cmd_sample(args: argparse.Namespace) -> int:
     try:  # each token is printed as it is drawn: Ctrl-C keeps what was generated
-        sample_text(
-            args.out_dir,
-            args.start,
-            args.num_tokens,
-            temperature=args.temperature,
-            top_k=args.top_k,
-            seed=args.seed,
-            best=args.best,
-            on_text=_write,
-        )
+        if args.from_pretrained is not None:
+            from resgrad.train.pretrained import sample_pretrained
+
+            sample_pretrained(
+                args.from_pretrained, args.start, args.num_tokens, temperature=args.temperature,
+                top_k=args.top_k, seed=args.seed, on_text=_write,
+            )  # fmt: skip
+        else:
+            sample_text(
+                args.out_dir,
+                args.start,
+                args.num_tokens,
+                temperature=args.temperature,
+                top_k=args.top_k,
+                seed=args.seed,
+                best=args.best,
+                on_text=_write,
+            )
     except KeyboardInterrupt:
         print(flush=True)  # end the cut line; main() reports the interrupt
         raise

@@ -2,23 +2,27 @@
 
 A checkpoint holds the model's parameters, the optimizer's state, the state of
 every random generator the run draws from, the iteration, the config, the
-vocabulary and the best validation loss so far.
+vocabulary (and which tokenizer) and the best validation loss so far.
 
-File layout (little-endian)::
+The file is a safetensors file (format 2), which any safetensors reader opens:
 
-    MAGIC             16 bytes   b"RESGRAD-CKPT-v1\\n"
-    payload length     8 bytes   uint64
-    payload sha256    32 bytes
-    payload                      an uncompressed .npz (no pickles): "params/<name>",
-                                 "optim/<key>", and "meta" (UTF-8 JSON as uint8)
+- tensors ``params/<name>`` (the model's flat names) and ``optim/<key>`` (AdamW's
+  ``step``, ``m.<name>``, ``v.<name>``), in their own dtypes, bit for bit;
+- metadata ``format`` = ``"resgrad-checkpoint-2"``, ``resgrad`` = everything else
+  as one JSON object (iteration, config, vocabulary, tokenizer, best loss, RNG
+  states, extra), and ``sha256`` = the SHA-256 of the whole file as written with
+  this field's 64 hex digits set to ``0``: it covers the metadata and every tensor.
+
+Format 1 (``RESGRAD-CKPT-v1`` magic, a checksummed .npz) is still read; the
+next save of a resumed run writes format 2.
 
 The file is written with :func:`resgrad.formats.atomic.atomic_write` (temporary file in
 the same directory, fsync, ``os.replace``, fsync of the directory), so a
 process killed at any moment leaves the previous checkpoint or the new one.
-On load, a wrong magic, a length that does not match, or a checksum that does
-not match is a ``ValueError`` that says which; a checkpoint is never read
-half-right. :func:`check_params` then refuses parameters whose names, shapes
-or dtypes differ from the model's.
+On load, a file that is not a checkpoint, one shorter than its header
+promises, or a checksum that does not match is a ``ValueError`` that says
+which; a checkpoint is never read half-right. :func:`check_params` then
+refuses parameters whose names, shapes or dtypes differ from the model's.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -46,8 +51,12 @@ __all__ = [
     "save_checkpoint",
 ]
 
-MAGIC = b"RESGRAD-CKPT-v1\n"  # 16 bytes
-_HEADER = struct.Struct("<16sQ32s")  # magic, payload length, sha256
+MAGIC = b"RESGRAD-CKPT-v1\n"  # 16 bytes, format 1 (read only)
+_HEADER = struct.Struct("<16sQ32s")  # format 1: magic, payload length, sha256
+FORMAT = "resgrad-checkpoint-2"  # the safetensors metadata's "format"
+_ZERO_SHA = "0" * 64  # the checksum field while the checksum is computed
+_SHA_FIELD = re.compile(rb'"sha256":"([0-9a-f]{64})"')  # found in the raw header, even damaged
+_MAX_HEADER = 100 << 20  # a safetensors header longer than this is not ours
 LAST = "last.ckpt"  # written at every evaluation
 BEST = "best.ckpt"  # written when the validation loss improves
 _BIT_GENERATORS = ("PCG64", "PCG64DXSM", "Philox", "SFC64", "MT19937")
@@ -70,29 +79,33 @@ class Checkpoint:
     best_val_loss: float | None = None
     rng_states: dict[str, dict] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
+    tokenizer: dict[str, Any] | None = None  # resgrad.train.bpe.tokenizer_record; None: char
 
     def _meta(self) -> dict[str, Any]:
         return {
-            "format": 1,
+            "format": 2,
             "iteration": int(self.iteration),
             "config": self.config,
             "vocab": self.vocab,
             "best_val_loss": None if self.best_val_loss is None else float(self.best_val_loss),
             "rng_states": self.rng_states,
             "extra": self.extra,
+            **({} if self.tokenizer is None else {"tokenizer": self.tokenizer}),
         }
 
 
 def _to_bytes(ckpt: Checkpoint) -> bytes:
-    arrays = {f"params/{k}": np.asarray(v) for k, v in ckpt.params.items()}
-    arrays.update({f"optim/{k}": np.asarray(v) for k, v in ckpt.optimizer.items()})
-    meta = json.dumps(ckpt._meta(), allow_nan=False).encode("utf-8")
-    arrays["meta"] = np.frombuffer(meta, dtype=np.uint8)
-    buf = io.BytesIO()
-    np.savez(buf, **arrays)
-    payload = buf.getvalue()
-    header = _HEADER.pack(MAGIC, len(payload), hashlib.sha256(payload).digest())
-    return header + payload
+    """The format-2 file: safetensors with resgrad's metadata and a whole-file SHA-256."""
+    from safetensors.numpy import save
+
+    # np.asarray(order="C"), not ascontiguousarray: that would make AdamW's 0-d step 1-d
+    arrays = {f"params/{k}": np.asarray(v, order="C") for k, v in ckpt.params.items()}
+    arrays.update({f"optim/{k}": np.asarray(v, order="C") for k, v in ckpt.optimizer.items()})
+    meta = json.dumps(ckpt._meta(), allow_nan=False)
+    raw = save(arrays, metadata={"format": FORMAT, "resgrad": meta, "sha256": _ZERO_SHA})
+    digest = hashlib.sha256(raw).hexdigest()  # over the file with the field zeroed
+    field = _SHA_FIELD.search(raw, 8, 8 + int.from_bytes(raw[:8], "little"))
+    return raw[: field.start(1)] + digest.encode("ascii") + raw[field.end(1) :]
 
 
 def save_checkpoint(path: str | os.PathLike, ckpt: Checkpoint, *also: str | os.PathLike) -> None:
@@ -111,7 +124,7 @@ def save_checkpoint(path: str | os.PathLike, ckpt: Checkpoint, *also: str | os.P
 
 
 def load_checkpoint(path: str | os.PathLike) -> Checkpoint:
-    """Read and verify a checkpoint.
+    """Read and verify a checkpoint (format 2, or format 1 written by resgrad 0.1).
 
     Raises
     ------
@@ -123,9 +136,71 @@ def load_checkpoint(path: str | os.PathLike) -> Checkpoint:
     name = os.fspath(path)
     with open(name, "rb") as f:
         raw = f.read()
+    if raw[:1] == MAGIC[:1] and MAGIC.startswith(raw[: len(MAGIC)]):
+        return _load_v1(name, raw)  # format 1 (or the start of one)
+    if len(raw) < 8:
+        raise ValueError(
+            f"checkpoint {name!r} is truncated: {len(raw)} bytes, shorter than its 8-byte header"
+        )
+    n = int.from_bytes(raw[:8], "little")  # safetensors: header length, then the JSON header
+    if n > _MAX_HEADER or not raw[8:10] or not b'{"'.startswith(raw[8:10]):
+        raise ValueError(f"{name!r} is not a resgrad checkpoint (bad header)")
+    if len(raw) < 8 + n:
+        raise ValueError(
+            f"checkpoint {name!r} is truncated: its header promises {n} bytes of header, "
+            f"the file holds {len(raw) - 8}"
+        )
+    header = raw[8 : 8 + n]
+    field = _SHA_FIELD.search(header)
+    if field is None:
+        if FORMAT.encode() not in header:
+            raise ValueError(f"{name!r} is not a resgrad checkpoint (a safetensors file without "
+                             "resgrad's metadata)")  # fmt: skip
+        raise ValueError(f"checkpoint {name!r} is corrupted: its SHA-256 checksum field is damaged")
+    a, b = 8 + field.start(1), 8 + field.end(1)
+    zeroed = raw[:a] + _ZERO_SHA.encode("ascii") + raw[b:]
+    if hashlib.sha256(zeroed).hexdigest() != field.group(1).decode("ascii"):
+        raise ValueError(_diagnose(name, raw, header))
+    return _from_safetensors(name, raw)
+
+
+def _diagnose(name: str, raw: bytes, header: bytes) -> str:
+    """Why a format-2 file fails its checksum: cut short, extended, or changed."""
+    try:
+        entries = json.loads(header)
+        end = max([e["data_offsets"][1] for k, e in entries.items() if k != "__metadata__"] + [0])
+    except (ValueError, KeyError, TypeError, IndexError):
+        end = None  # the header itself is damaged
+    if end is not None:
+        want = 8 + len(header) + end
+        if len(raw) < want:
+            return (
+                f"checkpoint {name!r} is truncated: its header promises {want} bytes, "
+                f"the file holds {len(raw)}"
+            )
+        if len(raw) > want:
+            return (
+                f"checkpoint {name!r} is corrupted: {len(raw) - want} unexpected bytes after "
+                "the tensors"
+            )
+    return f"checkpoint {name!r} is corrupted: its SHA-256 checksum does not match"
+
+
+def _from_safetensors(name: str, raw: bytes) -> Checkpoint:
+    from safetensors.numpy import load
+
+    try:
+        arrays = load(raw)
+        header = raw[8 : 8 + int.from_bytes(raw[:8], "little")]
+        meta = json.loads(json.loads(header)["__metadata__"]["resgrad"])
+    except Exception as e:  # checksum passed, so this is a file written by something else
+        raise ValueError(f"checkpoint {name!r} is unreadable: {e}") from None
+    return _from_parts(name, arrays, meta, version=2)
+
+
+def _load_v1(name: str, raw: bytes) -> Checkpoint:
+    """Format 1: MAGIC, uint64 payload length, sha256, then an .npz (no pickles)."""
     if len(raw) < _HEADER.size:
-        if raw and not MAGIC.startswith(raw[: len(MAGIC)]):
-            raise ValueError(f"{name!r} is not a resgrad checkpoint (bad header)")
         raise ValueError(
             f"checkpoint {name!r} is truncated: {len(raw)} bytes, shorter than its "
             f"{_HEADER.size}-byte header"
@@ -152,12 +227,16 @@ def load_checkpoint(path: str | os.PathLike) -> Checkpoint:
         meta = json.loads(arrays.pop("meta").tobytes().decode("utf-8"))
     except Exception as e:  # checksum passed, so this is a file written by something else
         raise ValueError(f"checkpoint {name!r} is unreadable: {e}") from None
+    return _from_parts(name, arrays, meta, version=1)
+
+
+def _from_parts(name: str, arrays: dict, meta: dict, version: int) -> Checkpoint:
     keys = ("format", "iteration", "config", "vocab", "best_val_loss", "rng_states", "extra")
-    missing = [k for k in keys if k not in meta]
-    if missing or meta["format"] != 1:
+    missing = [k for k in keys if k not in meta] if isinstance(meta, dict) else list(keys)
+    if missing or meta["format"] != version:
+        got = meta.get("format") if isinstance(meta, dict) else None
         raise ValueError(
-            f"checkpoint {name!r} has unexpected metadata (format {meta.get('format')!r}, "
-            f"missing {missing})"
+            f"checkpoint {name!r} has unexpected metadata (format {got!r}, missing {missing})"
         )
     params = {k[len("params/") :]: v for k, v in arrays.items() if k.startswith("params/")}
     optim = {k[len("optim/") :]: v for k, v in arrays.items() if k.startswith("optim/")}
@@ -170,6 +249,7 @@ def load_checkpoint(path: str | os.PathLike) -> Checkpoint:
         best_val_loss=meta["best_val_loss"],
         rng_states=meta["rng_states"],
         extra=meta["extra"],
+        tokenizer=meta.get("tokenizer"),
     )
 
 

@@ -155,6 +155,27 @@ class GPT:
                 params["ln_f.b"] = np.zeros(C)  # (C,)
         self.params = {k: params[k].astype(self.dtype) for k in self.shapes}
 
+    @classmethod
+    def from_params(cls, cfg: GPTConfig, params: Mapping[str, np.ndarray]) -> GPT:
+        """A GPT holding ``params`` (names, shapes, one float dtype checked), drawing no init.
+
+        For weights that come from elsewhere (a file, a hand-made test): building GPT-2
+        124M with ``GPT(cfg)`` first draws 124M random numbers in float64 (seconds, and
+        1 GB); this does not. The arrays are used as given, not copied.
+        """
+        if not isinstance(cfg, GPTConfig):
+            raise TypeError(f"cfg must be a GPTConfig, got {type(cfg).__name__}")
+        first = next(iter(params.values()), None)
+        dtype = np.dtype(first.dtype if isinstance(first, np.ndarray) else np.float32)
+        if dtype not in [np.dtype(d) for d in DTYPES]:
+            raise ValueError(f"dtype must be float32 or float64, got {dtype}")
+        model = cls.__new__(cls)
+        model.cfg, model.dtype, model.shapes = cfg, dtype, cls.param_shapes(cfg)
+        model.params = dict(params)
+        model.check_params()
+        model.params = {k: model.params[k] for k in model.shapes}  # the model's order
+        return model
+
     @staticmethod
     def param_shapes(cfg: GPTConfig) -> dict[str, tuple[int, ...]]:
         """Name -> shape of every parameter of a GPT under ``cfg``, in the model's order."""

@@ -27,6 +27,7 @@ from resgrad.perf.heap import keep_freed_memory
 from resgrad.train.optim import AdamW, AdamWConfig
 
 __all__ = [
+    "ALL_CONFIGS",
     "BENCH_CONFIGS",
     "BenchConfig",
     "blas_info",
@@ -61,11 +62,13 @@ class BenchConfig:
     block_size: int
     batch_size: int
     vocab_size: int = 65  # a character vocabulary
+    n_positions: int = 0  # rows of the position embedding; 0: block_size
+    in_all: bool = True  # timed by --config all (GPT-2 124M only when named)
 
     def gpt_config(self) -> GPTConfig:
         return GPTConfig(
             vocab_size=self.vocab_size,
-            block_size=self.block_size,
+            block_size=self.n_positions or self.block_size,
             n_layer=self.n_layer,
             n_head=self.n_head,
             n_embd=self.n_embd,
@@ -82,8 +85,12 @@ BENCH_CONFIGS = {
         BenchConfig("cpu-recipe", 4, 4, 128, 64, 12),  # nanoGPT's CPU recipe for chars
         BenchConfig("small", 4, 4, 128, 64, 32),
         BenchConfig("medium", 6, 6, 384, 256, 8),
+        # GPT-2 124M's shape (12 layers, 12 heads, 768 wide, 50257 tokens, 1024 positions)
+        # at T=256, B=4; random weights
+        BenchConfig("gpt2-124m", 12, 12, 768, 256, 4, 50257, 1024, in_all=False),
     )
 }
+ALL_CONFIGS = [n for n, c in BENCH_CONFIGS.items() if c.in_all]  # what --config all times
 
 
 def make_batch(cfg: BenchConfig, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:

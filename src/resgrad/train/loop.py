@@ -59,7 +59,8 @@ from resgrad.formats.lock import lock_dir
 from resgrad.nn.blocks import INITS, VARIANTS
 from resgrad.nn.model import GPT, GPTConfig, per_block_norms
 from resgrad.plots import figure_bytes, new_figure
-from resgrad.train.data import CharTokenizer, Corpus, get_batch, load_corpus, unigram_entropy
+from resgrad.train.bpe import KINDS, MIN_BPE_VOCAB, tokenizer_from_record, tokenizer_record
+from resgrad.train.data import Corpus, get_batch, load_corpus, unigram_entropy
 from resgrad.train.dynamics import (
     DynamicsMonitor,
     DynamicsWriter,
@@ -145,6 +146,9 @@ class TrainConfig:
     data: str | None = None  # a UTF-8 text file; None: the built-in Python reference manual
     out_dir: str = "out"  # checkpoints, metrics, plot
     resume: bool = False  # continue from out_dir/last.ckpt
+    tokenizer: str = "char"  # "char", or "bpe": a byte-level BPE trained on the data
+    vocab_size: int | None = None  # tokens of the BPE (>= 256); only with tokenizer "bpe"
+    init_from: str | None = None  # fine-tune a pretrained GPT-2 (hub name, directory, ckpt.pt)
 
     def __post_init__(self):
         for name, lo in _MIN_INT.items():
@@ -170,6 +174,21 @@ class TrainConfig:
             raise ValueError(f"data must be a file path or None, got {self.data!r}")
         if not isinstance(self.out_dir, str) or not self.out_dir:
             raise ValueError(f"out_dir must be a non-empty path, got {self.out_dir!r}")
+        if self.tokenizer not in KINDS:
+            raise ValueError(f"unknown tokenizer {self.tokenizer!r}; expected one of {KINDS}")
+        if self.tokenizer == "bpe" and self.init_from is None:
+            if self.vocab_size is None:
+                raise ValueError("tokenizer 'bpe' needs a vocab_size (>= 256, e.g. 1024)")
+            _int("vocab_size", self.vocab_size, MIN_BPE_VOCAB)
+        elif self.vocab_size is not None:
+            raise ValueError(
+                f"vocab_size {self.vocab_size!r} is for a BPE trained here (tokenizer 'bpe', "
+                "no init_from); the char tokenizer and a pretrained model bring their own"
+            )
+        if self.init_from is not None and (
+            not isinstance(self.init_from, str) or not self.init_from
+        ):
+            raise ValueError(f"init_from must be a model name or path, got {self.init_from!r}")
         self.gpt_config(vocab_size=1)  # n_head | n_embd, dropout in [0, 1)
         self.schedule()  # lr_decay_iters > warmup_iters
         self.adamw()  # beta1, beta2 < 1
@@ -459,8 +478,7 @@ def _start_run(cfg: TrainConfig, last_path: str) -> _Run:
                 f"{out_dir!r} already holds a run ({LAST}); pass --resume to continue it "
                 "or choose another --out-dir"
             )
-        corpus = load_corpus(cfg.data, cfg.block_size)
-        model = GPT(cfg.gpt_config(corpus.tokenizer.vocab_size), seed=cfg.seed)
+        corpus, model = _fresh_model(cfg)
         return _Run(
             corpus=corpus,
             model=model,
@@ -475,7 +493,8 @@ def _start_run(cfg: TrainConfig, last_path: str) -> _Run:
         raise FileNotFoundError(f"--resume: no checkpoint {LAST!r} in {out_dir!r}")
     ckpt = load_checkpoint(last_path)
     _check_resumable(cfg, ckpt.config.get("train", {}), last_path)
-    corpus = load_corpus(cfg.data, cfg.block_size, CharTokenizer(ckpt.vocab))
+    tok = tokenizer_from_record(ckpt.tokenizer, ckpt.vocab)
+    corpus = load_corpus(cfg.data, cfg.block_size, tok)
     if corpus.sha256 != ckpt.extra.get("data_sha256"):
         raise ValueError(
             f"cannot resume {last_path!r}: the data {corpus.source!r} differs from the "
@@ -486,10 +505,14 @@ def _start_run(cfg: TrainConfig, last_path: str) -> _Run:
             f"cannot resume {last_path!r}: it is at iteration {ckpt.iteration}, beyond "
             f"max_iters {cfg.max_iters}"
         )
-    model = GPT(cfg.gpt_config(corpus.tokenizer.vocab_size), seed=cfg.seed)
-    check_params(ckpt.params, model.params, where=f"checkpoint {last_path!r}")
-    for k, v in ckpt.params.items():
-        model.params[k][...] = v
+    if cfg.init_from is None:
+        model = GPT(cfg.gpt_config(corpus.tokenizer.vocab_size), seed=cfg.seed)
+        check_params(ckpt.params, model.params, where=f"checkpoint {last_path!r}")
+        for k, v in ckpt.params.items():
+            model.params[k][...] = v
+    else:  # a fine-tuned model keeps the pretrained shape its checkpoint records
+        model_cfg = GPTConfig(**ckpt.config["model"])
+        model = GPT.from_params(model_cfg, {k: np.array(v) for k, v in ckpt.params.items()})
     opt = AdamW(model.params, cfg.adamw())
     opt.load_state_dict(ckpt.optimizer)
     problems: list[str] = []
@@ -514,6 +537,37 @@ def _start_run(cfg: TrainConfig, last_path: str) -> _Run:
     )
 
 
+def _fresh_model(cfg: TrainConfig) -> tuple[Corpus, GPT]:
+    """The corpus and the model a fresh run starts from.
+
+    - the default: the char tokenizer and a GPT initialized from ``cfg.seed``;
+    - ``tokenizer="bpe"``: a byte-level BPE of ``vocab_size`` tokens trained on the
+      whole text (:func:`resgrad.train.bpe.train_bpe`), then as the default;
+    - ``init_from``: a pretrained GPT-2 and its tokenizer (``n_layer``, ``n_head``,
+      ``n_embd``, ``variant``, ``init`` and ``tokenizer`` are then the model's, and
+      ``block_size`` may not exceed its n_positions); ``dropout`` is ``cfg``'s.
+    """
+    if cfg.init_from is not None:
+        from resgrad.train.pretrained import load_pretrained
+
+        model, tok = load_pretrained(cfg.init_from)
+        if tok is None:
+            raise ValueError(f"init_from {cfg.init_from!r} has no tokenizer beside the model")
+        if cfg.block_size > model.cfg.block_size:
+            raise ValueError(
+                f"block_size {cfg.block_size} exceeds {cfg.init_from!r}'s context of "
+                f"{model.cfg.block_size} positions"
+            )
+        model.cfg = dataclasses.replace(model.cfg, dropout=cfg.dropout)
+        return load_corpus(cfg.data, cfg.block_size, tok), model
+    corpus = load_corpus(cfg.data, cfg.block_size)
+    if cfg.tokenizer == "bpe":
+        from resgrad.train.bpe import train_bpe
+
+        corpus = load_corpus(cfg.data, cfg.block_size, train_bpe(corpus.text, cfg.vocab_size))
+    return corpus, GPT(cfg.gpt_config(corpus.tokenizer.vocab_size), seed=cfg.seed)
+
+
 def _checkpoint(run: _Run, it: int, best: float, config: dict) -> Checkpoint:
     """Everything needed to continue ``run`` bit-exactly from iteration ``it``."""
     return Checkpoint(
@@ -521,13 +575,14 @@ def _checkpoint(run: _Run, it: int, best: float, config: dict) -> Checkpoint:
         optimizer=run.opt.state_dict(),
         iteration=it,
         config=config,
-        vocab=run.corpus.tokenizer.chars,
+        vocab=getattr(run.corpus.tokenizer, "chars", ""),
         best_val_loss=best,
         rng_states={
             "data": run.data_rng.bit_generator.state,
             "dropout": run.dropout_rng.bit_generator.state,
         },
         extra={"data_sha256": run.corpus.sha256, "data_source": run.corpus.source},
+        tokenizer=tokenizer_record(run.corpus.tokenizer),
     )
 
 
@@ -598,9 +653,11 @@ def train(
     metrics_path = os.path.join(out_dir, METRICS)
     run = _start_run(cfg, last_path)
     corpus, model, start, best, records = run.corpus, run.model, run.start, run.best, run.records
+    if hasattr(corpus.tokenizer, "to_json"):  # a BPE: saved with the run, as transformers reads it
+        atomic_write_text(os.path.join(out_dir, "tokenizer.json"), corpus.tokenizer.to_json())
     atomic_write_text(metrics_path, "".join(json.dumps(r) + "\n" for r in records))
 
-    schedule, L = cfg.schedule(), cfg.n_layer
+    schedule, L = cfg.schedule(), model.cfg.n_layer  # the model's: init_from brings its own
     entropy = unigram_entropy(corpus.text)
     title = (
         f"{cfg.variant}, L={L} H={cfg.n_head} C={cfg.n_embd} T={cfg.block_size} "

@@ -42,6 +42,7 @@ from resgrad.nn.layers import (
     softmax,
 )
 from resgrad.nn.model import GPT, GPTConfig
+from resgrad.train.bpe import BPETokenizer, tokenizer_from_record
 from resgrad.train.data import CharTokenizer
 
 __all__ = [
@@ -269,7 +270,7 @@ def generate(
 
 def load_model(
     path: str | os.PathLike, best: bool = False
-) -> tuple[GPT, CharTokenizer, Checkpoint]:
+) -> tuple[GPT, CharTokenizer | BPETokenizer, Checkpoint]:
     """The model and vocabulary of a checkpoint file, or of a run directory's
     ``last.ckpt`` (``best.ckpt`` with ``best``).
 
@@ -291,10 +292,10 @@ def load_model(
         cfg = GPTConfig(**ckpt.config["model"])
     except (KeyError, TypeError) as e:
         raise ValueError(f"checkpoint {path!r} has no usable model config: {e}") from None
-    tok = CharTokenizer(ckpt.vocab)
+    tok = tokenizer_from_record(ckpt.tokenizer, ckpt.vocab)
     if tok.vocab_size != cfg.vocab_size:
         raise ValueError(
-            f"checkpoint {path!r}: vocabulary of {tok.vocab_size} characters but "
+            f"checkpoint {path!r}: vocabulary of {tok.vocab_size} tokens but "
             f"vocab_size {cfg.vocab_size}"
         )
     dtype = next(iter(ckpt.params.values())).dtype if ckpt.params else np.float32

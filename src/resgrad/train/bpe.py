@@ -1,0 +1,169 @@
+"""Byte-level BPE tokenizers (GPT-2's, or one trained on a corpus), through ``tokenizers``.
+
+resgrad writes no BPE by hand: Hugging Face's ``tokenizers`` library reads GPT-2's
+``tokenizer.json`` (or ``vocab.json`` + ``merges.txt``) and trains new byte-level BPEs.
+:class:`BPETokenizer` has the interface of :class:`resgrad.train.data.CharTokenizer`
+(``encode`` -> int64 ids, ``decode``, ``vocab_size``), so the corpus, the trainer and
+the sampler take either.
+
+Checkpoints record their tokenizer with :func:`tokenizer_record`: ``{"kind": "char"}``
+(the vocabulary is the checkpoint's ``vocab`` string, as before) or ``{"kind": "bpe",
+"json": <the tokenizer.json text>}``; :func:`tokenizer_from_record` reads either back.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+from resgrad.train.data import CharTokenizer
+
+__all__ = [
+    "KINDS",
+    "MIN_BPE_VOCAB",
+    "BPETokenizer",
+    "check_vocab",
+    "load_tokenizer_dir",
+    "tokenizer_from_record",
+    "tokenizer_record",
+    "train_bpe",
+]
+
+KINDS = ("char", "bpe")  # resgrad train --tokenizer
+MIN_BPE_VOCAB = 256  # a byte-level BPE starts from the 256 bytes
+
+
+class BPETokenizer:
+    """A ``tokenizers.Tokenizer`` (byte-level BPE) with CharTokenizer's interface.
+
+    Parameters
+    ----------
+    tokenizer : tokenizers.Tokenizer
+    """
+
+    kind = "bpe"
+
+    def __init__(self, tokenizer: Any):
+        self.tokenizer = tokenizer
+
+    @classmethod
+    def from_json(cls, text: str) -> BPETokenizer:
+        """From the text of a ``tokenizer.json``; a clear ValueError if it is not one."""
+        from tokenizers import Tokenizer
+
+        try:
+            return cls(Tokenizer.from_str(text))
+        except Exception as e:  # tokenizers raises its own Exception subclasses
+            raise ValueError(f"not a tokenizer.json: {str(e).splitlines()[0]}") from None
+
+    def to_json(self) -> str:
+        """The ``tokenizer.json`` text, which ``tokenizers`` and transformers read."""
+        return self.tokenizer.to_str()
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.tokenizer.get_vocab_size(with_added_tokens=True))
+
+    def encode(self, text: str) -> np.ndarray:
+        """``text`` -> token ids, int64 array of shape (N,)."""
+        return np.asarray(self.tokenizer.encode(text).ids, dtype=np.int64)  # (N,)
+
+    def decode(self, ids) -> str:
+        """Token ids (any int sequence) -> text; special tokens kept."""
+        ids = np.asarray(ids).ravel()
+        bad = (ids < 0) | (ids >= self.vocab_size)
+        if bad.any():
+            raise ValueError(f"token id {int(ids[bad][0])} outside [0, {self.vocab_size})")
+        return self.tokenizer.decode(ids.tolist(), skip_special_tokens=False)
+
+
+def train_bpe(text: str, vocab_size: int) -> BPETokenizer:
+    """A byte-level BPE of ``vocab_size`` tokens trained on ``text`` (GPT-2's pre-tokenizer).
+
+    The same text and size give the same tokenizer (tested). Every byte is in the
+    vocabulary, so any text can be encoded.
+
+    Raises
+    ------
+    ValueError
+        If ``vocab_size`` is below 256 (the byte alphabet).
+    """
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 256:
+        raise ValueError(
+            f"vocab_size must be an integer >= {MIN_BPE_VOCAB} for a byte-level BPE "
+            f"(the 256 bytes come first), got {vocab_size!r}"
+        )
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        special_tokens=[],
+        show_progress=False,
+    )
+    tok.train_from_iterator([text], trainer)
+    return BPETokenizer(tok)
+
+
+def load_tokenizer_dir(path: str | os.PathLike) -> BPETokenizer | None:
+    """The tokenizer of a model directory: ``tokenizer.json``, else ``vocab.json`` +
+    ``merges.txt`` (GPT-2's byte-level BPE); None when it has neither.
+
+    Raises
+    ------
+    ValueError
+        If the files are there but unreadable.
+    """
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    d = os.fspath(path)
+    tj, vocab, merges = (os.path.join(d, n) for n in ("tokenizer.json", "vocab.json", "merges.txt"))
+    try:
+        if os.path.exists(tj):
+            return BPETokenizer(Tokenizer.from_file(tj))
+        if os.path.exists(vocab) and os.path.exists(merges):
+            tok = Tokenizer(models.BPE.from_file(vocab, merges))
+            tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+            tok.decoder = decoders.ByteLevel()
+            return BPETokenizer(tok)
+    except Exception as e:  # tokenizers raises its own Exception subclasses
+        raise ValueError(
+            f"the tokenizer in {d!r} is unreadable: {str(e).splitlines()[0]}"
+        ) from None
+    return None
+
+
+def check_vocab(tok: Any, vocab_size: int, where: str) -> None:
+    """Refuse a tokenizer that yields ids the model has no embedding for.
+
+    A tokenizer smaller than the model is allowed (nanoGPT pads GPT-2's 50257 to 50304).
+    """
+    if tok.vocab_size > vocab_size:
+        raise ValueError(
+            f"{where}: the tokenizer has {tok.vocab_size} tokens but the model's vocab_size "
+            f"is {vocab_size}; expected a tokenizer of at most {vocab_size}"
+        )
+
+
+def tokenizer_record(tok: Any) -> dict[str, Any]:
+    """What a checkpoint stores to rebuild ``tok`` (the char vocabulary goes in ``vocab``)."""
+    if isinstance(tok, BPETokenizer):
+        return {"kind": "bpe", "json": tok.to_json()}
+    if isinstance(tok, CharTokenizer):
+        return {"kind": "char"}
+    raise TypeError(f"unknown tokenizer {type(tok).__name__}")
+
+
+def tokenizer_from_record(record: dict[str, Any] | None, vocab: str) -> Any:
+    """The tokenizer a checkpoint recorded; a record of None (old checkpoints) is char."""
+    kind = "char" if record is None else record.get("kind")
+    if kind == "char":
+        return CharTokenizer(vocab)
+    if kind == "bpe":
+        return BPETokenizer.from_json(record["json"])
+    raise ValueError(f"unknown tokenizer kind {kind!r} in checkpoint; expected one of {KINDS}")

@@ -1,0 +1,408 @@
+"""GPT-2 in and out, proven against Hugging Face transformers on the same weights.
+
+Small random GPT-2s (2 layers, width 64, 4 heads) are written by transformers'
+``save_pretrained`` and loaded by resgrad; logits, every parameter gradient, greedy
+tokens and a round trip through resgrad's export must agree. transformers and torch are
+test-only referees (pinned in pyproject's test extra).
+"""
+
+import json
+import os
+import re
+
+import numpy as np
+import pytest
+
+from resgrad.formats.hf import HF_NAMES, export_hf, gpt_from_state, load_hf, nanogpt_state_to_params
+from resgrad.nn.model import GPT, GPTConfig
+from resgrad.train.sample import generate
+from resgrad.verify.selfcheck import randomize_params
+
+LOGITS_TOL_64 = 1e-10  # max |logits - ref| / max |ref|, float64
+GRAD_TOL = 1e-10  # per parameter: ||g - g_ref|| / ||g_ref||, float64
+LOGITS_TOL_32 = 1e-4  # float32
+SMALL = dict(n_layer=2, n_embd=64, n_head=4, vocab_size=97, n_positions=80)
+
+
+@pytest.fixture
+def transformers(torch):
+    return pytest.importorskip("transformers")
+
+
+def _hf_model(torch, transformers, seed=0, dtype=None, **kw):
+    """A random GPT2LMHeadModel: every weight, bias and LayerNorm gain drawn at random."""
+    cfg = transformers.GPT2Config(
+        **{**SMALL, **kw}, bos_token_id=None, eos_token_id=None, attn_implementation="eager"
+    )
+    torch.manual_seed(seed)
+    m = transformers.GPT2LMHeadModel(cfg).to(dtype or torch.float64).eval()
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in m.named_parameters():
+            scale = 0.3 if name.endswith("weight") and p.ndim == 1 else 0.1
+            p.add_(torch.randn(p.shape, generator=g, dtype=p.dtype) * scale)
+    return m
+
+
+def _saved(torch, transformers, tmp_path, name="gpt2-small", **kw):
+    m = _hf_model(torch, transformers, **kw)
+    d = tmp_path / name
+    m.save_pretrained(d)
+    return m, d
+
+
+def _rel(a, ref):
+    return float(np.linalg.norm(a - ref) / np.linalg.norm(ref))
+
+
+def _ids(V, B=3, T=17, seed=1):
+    return np.random.default_rng(seed).integers(0, V, (B, T))  # (B, T)
+
+
+def _resgrad_name(hf_name):
+    """'transformer.h.1.attn.c_attn.weight' -> 'blocks.1.attn.w_qkv', through HF_NAMES."""
+    k = hf_name.removeprefix("transformer.")
+    for ours, (theirs, _) in HF_NAMES.items():
+        pat = theirs.replace(".", r"\.").replace("{i}", r"(\d+)")
+        m = re.fullmatch(pat, k)
+        if m:
+            return ours.format(i=m.group(1)) if m.groups() else ours
+    raise KeyError(hf_name)
+
+
+def test_float64_logits_and_every_gradient_match_transformers(torch, transformers, tmp_path):
+    hf, d = _saved(torch, transformers, tmp_path)
+    model = load_hf(d, dtype=np.float64)
+    ids = _ids(SMALL["vocab_size"])
+    idx, tgt = ids[:, :-1], ids[:, 1:]
+    logits, loss, cache = model.forward(idx, tgt)
+    grads = model.backward(cache)
+
+    t_logits = hf(torch.from_numpy(idx)).logits  # (B, T, V)
+    t_loss = torch.nn.functional.cross_entropy(
+        t_logits.reshape(-1, t_logits.shape[-1]), torch.from_numpy(tgt).reshape(-1)
+    )
+    t_loss.backward()
+    ref = t_logits.detach().numpy()
+    err = np.abs(logits - ref).max() / np.abs(ref).max()
+    assert err < LOGITS_TOL_64, err
+    assert abs(loss - t_loss.item()) < 1e-12
+    t_grads = {_resgrad_name(n): p.grad.numpy() for n, p in hf.named_parameters()}
+    assert set(t_grads) == set(grads)  # lm_head is wte: one Parameter, one gradient
+    errs = {k: _rel(grads[k], t_grads[k]) for k in grads}
+    worst = max(errs, key=errs.get)
+    assert errs[worst] < GRAD_TOL, (worst, errs[worst])
+
+
+def test_a_broken_weight_breaks_the_parity(torch, transformers, tmp_path):
+    """Not vacuous: one transposed projection is far outside the tolerance."""
+    hf, d = _saved(torch, transformers, tmp_path)
+    model = load_hf(d, dtype=np.float64)
+    w = model.params["blocks.1.attn.w_proj"]
+    model.params["blocks.1.attn.w_proj"] = np.ascontiguousarray(w.T)
+    idx = _ids(SMALL["vocab_size"])
+    logits, _, _ = model.forward(idx)
+    ref = hf(torch.from_numpy(idx)).logits.detach().numpy()
+    assert np.abs(logits - ref).max() / np.abs(ref).max() > 1e-3
+
+
+def test_float32_logits_and_50_greedy_tokens_match(torch, transformers, tmp_path):
+    hf, d = _saved(torch, transformers, tmp_path, dtype=torch.float32)
+    model = load_hf(d)
+    assert model.dtype == np.float32
+    idx = _ids(SMALL["vocab_size"], B=2, T=20)
+    logits, _, _ = model.forward(idx)
+    with torch.no_grad():
+        ref = hf(torch.from_numpy(idx)).logits.numpy()
+    err = np.abs(logits - ref).max() / np.abs(ref).max()
+    assert err < LOGITS_TOL_32, err
+
+    start = idx[:1, :5]  # (1, 5)
+    ours = generate(model, start, 50, np.random.default_rng(0), top_k=1)[0, 5:]  # greedy
+    ctx = torch.from_numpy(start)
+    with torch.no_grad():
+        for _ in range(50):  # greedy decoding, the plain way
+            nxt = hf(ctx).logits[:, -1].argmax(-1, keepdim=True)
+            ctx = torch.cat([ctx, nxt], dim=1)
+    theirs = ctx[0, 5:].numpy()
+    assert len(set(theirs.tolist())) > 1  # not a degenerate repeat of one token
+    np.testing.assert_array_equal(ours, theirs)
+
+
+def test_layer_norm_epsilon_is_read(torch, transformers, tmp_path):
+    hf, d = _saved(torch, transformers, tmp_path, layer_norm_epsilon=0.3)
+    model = load_hf(d, dtype=np.float64)
+    assert model.cfg.ln_eps == 0.3
+    idx = _ids(SMALL["vocab_size"])
+    ref = hf(torch.from_numpy(idx)).logits.detach().numpy()
+    assert np.abs(model.forward(idx)[0] - ref).max() / np.abs(ref).max() < LOGITS_TOL_64
+
+
+def test_resgrad_to_hf_to_resgrad_is_bit_identical(torch, transformers, tmp_path):
+    for dtype in (np.float32, np.float64):
+        cfg = GPTConfig(vocab_size=50, block_size=16, n_layer=2, n_head=4, n_embd=32)
+        model = GPT(cfg, seed=3, dtype=dtype)
+        randomize_params(model.params, np.random.default_rng(4))
+        export_hf(model, tmp_path / "out")
+        back = load_hf(tmp_path / "out", dtype=dtype)
+        assert back.cfg == cfg
+        assert list(back.params) == list(model.params)
+        for k in model.params:
+            np.testing.assert_array_equal(back.params[k], model.params[k], err_msg=k)
+            assert back.params[k].dtype == model.params[k].dtype
+
+
+def test_export_loads_in_transformers_with_no_missing_or_unexpected_keys(
+    torch, transformers, tmp_path
+):
+    cfg = GPTConfig(vocab_size=50, block_size=16, n_layer=2, n_head=4, n_embd=32, ln_eps=1e-6)
+    model = GPT(cfg, seed=3, dtype=np.float64)
+    randomize_params(model.params, np.random.default_rng(4))
+    export_hf(model, tmp_path / "out")
+    hf, info = transformers.GPT2LMHeadModel.from_pretrained(
+        tmp_path / "out", output_loading_info=True, dtype=torch.float64, attn_implementation="eager"
+    )
+    assert not info["missing_keys"] and not info["unexpected_keys"], info
+    assert not info.get("mismatched_keys"), info
+    idx = _ids(50, T=16)
+    ref = hf.eval()(torch.from_numpy(idx)).logits.detach().numpy()
+    assert np.abs(model.forward(idx)[0] - ref).max() / np.abs(ref).max() < LOGITS_TOL_64
+
+
+def test_export_without_biases_writes_zero_biases(torch, transformers, tmp_path):
+    cfg = GPTConfig(vocab_size=20, block_size=8, n_layer=1, n_head=2, n_embd=8, bias=False)
+    model = GPT(cfg, seed=0, dtype=np.float64)
+    export_hf(model, tmp_path / "nb")
+    back = load_hf(tmp_path / "nb", dtype=np.float64)
+    idx = _ids(20, T=8)
+    np.testing.assert_allclose(back.forward(idx)[0], model.forward(idx)[0], rtol=0, atol=1e-14)
+
+
+def _nanogpt_state(hf, compiled=False):
+    """hf's weights named and shaped as nanoGPT's model.py holds them (by hand, not HF_NAMES):
+    the transformer. prefix, nn.Linear (out, in) weights, lm_head.weight, the mask buffers."""
+    state = {}
+    for name, p in hf.state_dict().items():
+        a = p.detach().numpy().copy()
+        linear = any(s in name for s in ("c_attn.weight", "c_proj.weight", "c_fc.weight"))
+        state[name] = a.T.copy() if linear else a
+    n_layer, P = hf.config.n_layer, hf.config.n_positions
+    for i in range(n_layer):  # nanoGPT's non-flash path registers the causal mask
+        state[f"transformer.h.{i}.attn.bias"] = np.tril(np.ones((P, P)))[None, None]
+    state["lm_head.weight"] = state["transformer.wte.weight"]
+    if compiled:
+        state = {f"_orig_mod.{k}": v for k, v in state.items()}
+    return state
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["plain", "orig-mod-prefix"])
+def test_nanogpt_state_dict_loads_to_the_same_logits(torch, transformers, tmp_path, compiled):
+    hf = _hf_model(torch, transformers, seed=5)
+    args = dict(n_layer=2, n_head=4, n_embd=64, block_size=80, vocab_size=97, bias=True,
+                dropout=0.0)  # fmt: skip
+    model = nanogpt_state_to_params(args, _nanogpt_state(hf, compiled), dtype=np.float64)
+    idx = _ids(97)
+    ref = hf(torch.from_numpy(idx)).logits.detach().numpy()
+    assert np.abs(model.forward(idx)[0] - ref).max() / np.abs(ref).max() < LOGITS_TOL_64
+
+
+def test_nanogpt_without_biases_loads():
+    cfg = GPTConfig(vocab_size=20, block_size=8, n_layer=1, n_head=2, n_embd=8, bias=False)
+    model = GPT(cfg, seed=0, dtype=np.float64)
+    randomize_params(model.params, np.random.default_rng(0))
+    state = {
+        "transformer.wte.weight": model.params["wte"],
+        "transformer.wpe.weight": model.params["wpe"],
+        "transformer.h.0.ln_1.weight": model.params["blocks.0.ln1.g"],
+        "transformer.h.0.attn.c_attn.weight": model.params["blocks.0.attn.w_qkv"].T,
+        "transformer.h.0.attn.c_proj.weight": model.params["blocks.0.attn.w_proj"].T,
+        "transformer.h.0.ln_2.weight": model.params["blocks.0.ln2.g"],
+        "transformer.h.0.mlp.c_fc.weight": model.params["blocks.0.mlp.w_fc"].T,
+        "transformer.h.0.mlp.c_proj.weight": model.params["blocks.0.mlp.w_proj"].T,
+        "transformer.ln_f.weight": model.params["ln_f.g"],
+        "lm_head.weight": model.params["wte"],
+    }
+    args = dict(n_layer=1, n_head=2, n_embd=8, block_size=8, vocab_size=20, bias=False)
+    back = nanogpt_state_to_params(args, state, dtype=np.float64)
+    for k in model.params:
+        np.testing.assert_array_equal(back.params[k], model.params[k])
+
+
+# --------------------------------------------------------------------------- bad input
+
+
+def _tiny_dir(tmp_path, name="m"):
+    cfg = GPTConfig(vocab_size=20, block_size=8, n_layer=2, n_head=2, n_embd=8)
+    export_hf(GPT(cfg, seed=0), tmp_path / name)
+    return tmp_path / name
+
+
+def _edit_config(d, **kw):
+    p = d / "config.json"
+    cfg = json.loads(p.read_text())
+    cfg.update(kw)
+    p.write_text(json.dumps(cfg))
+
+
+def _edit_tensors(d, fn):
+    from safetensors.numpy import load_file, save_file
+
+    t = load_file(d / "model.safetensors")
+    fn(t)
+    save_file(t, d / "model.safetensors", metadata={"format": "pt"})
+
+
+def _one_line_error(path, match):
+    with pytest.raises(ValueError, match=match) as e:
+        load_hf(path)
+    assert "\n" not in str(e.value)
+    return str(e.value)
+
+
+def test_a_directory_without_config_json(tmp_path):
+    d = _tiny_dir(tmp_path)
+    os.remove(d / "config.json")
+    _one_line_error(d, "has no config.json")
+    _one_line_error(tmp_path / "nowhere", "is not a directory")
+
+
+def test_model_type_other_than_gpt2(tmp_path):
+    d = _tiny_dir(tmp_path)
+    _edit_config(d, model_type="llama")
+    _one_line_error(d, "model_type is 'llama'")
+
+
+@pytest.mark.parametrize(
+    "key, value, match",
+    [
+        ("activation_function", "relu", "activation_function 'relu' is not implemented"),
+        ("n_inner", 12, "n_inner is 12"),
+        ("scale_attn_by_inverse_layer_idx", True, "scale_attn_by_inverse_layer_idx"),
+        ("tie_word_embeddings", False, "tie_word_embeddings"),
+        ("n_head", 3, "n_head=3 does not divide n_embd=8"),
+    ],
+)
+def test_settings_resgrad_does_not_implement(tmp_path, key, value, match):
+    d = _tiny_dir(tmp_path)
+    _edit_config(d, **{key: value})
+    _one_line_error(d, match)
+
+
+def test_missing_extra_and_misshapen_tensors(tmp_path):
+    d = _tiny_dir(tmp_path)
+    _edit_tensors(d, lambda t: t.pop("transformer.h.1.mlp.c_fc.bias"))
+    _one_line_error(d, r"missing tensor 'h\.1\.mlp\.c_fc\.bias'")
+    d = _tiny_dir(tmp_path, "extra")
+    _edit_tensors(d, lambda t: t.update({"transformer.h.2.ln_1.weight": np.ones(8, np.float32)}))
+    _one_line_error(d, r"unexpected tensor 'h\.2\.ln_1\.weight'")
+    d = _tiny_dir(tmp_path, "shape")
+    _edit_tensors(d, lambda t: t.update({"transformer.wpe.weight": np.ones((9, 8), np.float32)}))
+    _one_line_error(d, r"tensor 'wpe\.weight' has shape \(9, 8\); expected \(8, 8\)")
+
+
+def test_an_untied_lm_head_is_refused(tmp_path):
+    d = _tiny_dir(tmp_path)
+    _edit_tensors(d, lambda t: t.update({"lm_head.weight": np.ones((20, 8), np.float32)}))
+    _one_line_error(d, "differs from wte.weight")
+
+
+def test_a_truncated_safetensors_file(tmp_path):
+    d = _tiny_dir(tmp_path)
+    raw = (d / "model.safetensors").read_bytes()
+    (d / "model.safetensors").write_bytes(raw[: len(raw) // 2])
+    _one_line_error(d, "not a readable safetensors file")
+    (d / "model.safetensors").write_bytes(raw[:5])
+    _one_line_error(d, "not a readable safetensors file")
+
+
+def test_only_pytorch_model_bin_says_how_to_convert(tmp_path):
+    d = _tiny_dir(tmp_path)
+    os.remove(d / "model.safetensors")
+    (d / "pytorch_model.bin").write_bytes(b"pickle")
+    msg = _one_line_error(d, "pytorch_model.bin")
+    assert "save_pretrained" in msg
+    os.remove(d / "pytorch_model.bin")
+    _one_line_error(d, "has no model.safetensors")
+
+
+@pytest.mark.parametrize("variant", ["post-ln", "none", "residual", "rezero", "deepnorm"])
+def test_exporting_a_non_pre_ln_model_is_refused(tmp_path, variant):
+    cfg = GPTConfig(vocab_size=20, block_size=8, n_layer=1, n_head=2, n_embd=8, variant=variant)
+    with pytest.raises(ValueError, match=f"cannot export variant '{variant}' as GPT-2"):
+        export_hf(GPT(cfg), tmp_path / "x")
+    assert not (tmp_path / "x").exists()
+
+
+def test_gpt_from_state_accepts_names_with_and_without_the_prefix(tmp_path):
+    d = _tiny_dir(tmp_path)
+    from safetensors.numpy import load_file
+
+    t = load_file(d / "model.safetensors")
+    bare = {k.removeprefix("transformer."): v for k, v in t.items()}
+    bare["h.0.attn.bias"] = np.ones((1, 1, 8, 8), np.float32)  # old hub files hold the mask
+    a = gpt_from_state(load_hf(d).cfg, bare)
+    b = load_hf(d)
+    for k in a.params:
+        np.testing.assert_array_equal(a.params[k], b.params[k])
+
+
+def test_a_bpe_trained_here_is_the_tokenizer_transformers_reads(torch, transformers, tmp_path):
+    """Export with a BPE trained in the test: transformers' fast tokenizer reads the same ids,
+    and a GPT-2 of that vocabulary agrees with transformers on text encoded by it."""
+    from resgrad.train.bpe import load_tokenizer_dir, train_bpe
+
+    text = "the residual stream carries the gradient home. " * 40
+    bpe = train_bpe(text, 300)
+    cfg = GPTConfig(vocab_size=bpe.vocab_size, block_size=64, n_layer=2, n_head=4, n_embd=64)
+    model = GPT(cfg, seed=0, dtype=np.float64)
+    randomize_params(model.params, np.random.default_rng(1))
+    export_hf(model, tmp_path / "bpe", tokenizer_json=bpe.to_json())
+    fast = transformers.PreTrainedTokenizerFast(
+        tokenizer_file=str(tmp_path / "bpe" / "tokenizer.json")
+    )
+    sample = "the gradient carries the stream home, residually."
+    ours = load_tokenizer_dir(tmp_path / "bpe").encode(sample)
+    assert fast(sample)["input_ids"] == ours.tolist() == bpe.encode(sample).tolist()
+    hf = transformers.GPT2LMHeadModel.from_pretrained(
+        tmp_path / "bpe", dtype=torch.float64, attn_implementation="eager"
+    ).eval()
+    idx = ours[None, :]
+    ref = hf(torch.from_numpy(idx)).logits.detach().numpy()
+    assert np.abs(model.forward(idx)[0] - ref).max() / np.abs(ref).max() < LOGITS_TOL_64
+
+
+def test_a_directory_laid_out_as_the_hub_serves_gpt2(tmp_path):
+    """openai-community/gpt2's files: names without ``transformer.``, the causal-mask buffers
+    ``h.{i}.attn.bias`` stored, an old config (n_ctx, no tie_word_embeddings)."""
+    from safetensors.numpy import save_file
+
+    cfg = GPTConfig(vocab_size=20, block_size=8, n_layer=2, n_head=2, n_embd=8)
+    model = GPT(cfg, seed=0)
+    randomize_params(model.params, np.random.default_rng(0))
+    export_hf(model, tmp_path / "src")
+    from safetensors.numpy import load_file
+
+    t = {
+        k.removeprefix("transformer."): v
+        for k, v in load_file(tmp_path / "src" / "model.safetensors").items()
+    }
+    for i in range(2):
+        t[f"h.{i}.attn.bias"] = np.tril(np.ones((8, 8), np.float32))[None, None]
+        t[f"h.{i}.attn.masked_bias"] = np.array(-1e4, np.float32)
+    d = tmp_path / "hub"
+    d.mkdir()
+    save_file(t, d / "model.safetensors", metadata={"format": "pt"})
+    hub_config = {
+        "activation_function": "gelu_new", "architectures": ["GPT2LMHeadModel"],
+        "attn_pdrop": 0.1, "bos_token_id": 50256, "embd_pdrop": 0.1, "eos_token_id": 50256,
+        "initializer_range": 0.02, "layer_norm_epsilon": 1e-05, "model_type": "gpt2",
+        "n_ctx": 8, "n_embd": 8, "n_head": 2, "n_layer": 2, "n_positions": 8,
+        "resid_pdrop": 0.1, "summary_activation": None, "summary_first_dropout": 0.1,
+        "summary_proj_to_labels": True, "summary_type": "cls_index", "summary_use_proj": True,
+        "task_specific_params": {"text-generation": {"do_sample": True, "max_length": 50}},
+        "vocab_size": 20,
+    }  # fmt: skip
+    (d / "config.json").write_text(json.dumps(hub_config))
+    back = load_hf(d)
+    for k in model.params:
+        np.testing.assert_array_equal(back.params[k], model.params[k])

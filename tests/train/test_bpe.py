@@ -1,0 +1,79 @@
+"""Byte-level BPE through the tokenizers library: trained on a corpus, read from GPT-2's files."""
+
+import json
+
+import numpy as np
+import pytest
+
+from resgrad.train.bpe import (
+    BPETokenizer,
+    check_vocab,
+    load_tokenizer_dir,
+    tokenizer_from_record,
+    tokenizer_record,
+    train_bpe,
+)
+from resgrad.train.data import CharTokenizer
+
+TEXT = "the quick brown fox jumps over the lazy dog. Ünïcode → ok\n" * 50
+
+
+def test_train_bpe_is_deterministic_and_round_trips():
+    a, b = train_bpe(TEXT, 300), train_bpe(TEXT, 300)
+    assert a.to_json() == b.to_json()  # same text, same size: the same bytes
+    assert 256 < a.vocab_size <= 300
+    ids = a.encode(TEXT)
+    assert ids.dtype == np.int64 and len(ids) < len(TEXT) / 2  # merges shorten the text
+    assert a.decode(ids) == TEXT
+    other = "bytes it never saw: 日本語 \x00 🙂"
+    assert a.decode(a.encode(other)) == other  # every byte is in the vocabulary
+
+
+def test_train_bpe_refuses_a_vocabulary_below_the_bytes():
+    with pytest.raises(ValueError, match="vocab_size must be an integer >= 256"):
+        train_bpe(TEXT, 100)
+
+
+def test_records_round_trip_both_kinds():
+    bpe = train_bpe(TEXT, 280)
+    back = tokenizer_from_record(json.loads(json.dumps(tokenizer_record(bpe))), "")
+    assert back.to_json() == bpe.to_json()
+    char = tokenizer_from_record(tokenizer_record(CharTokenizer("abc")), "abc")
+    assert char.chars == "abc"
+    assert tokenizer_from_record(None, "xy").chars == "xy"  # old checkpoints: char
+    with pytest.raises(ValueError, match="unknown tokenizer kind 'wordpiece'"):
+        tokenizer_from_record({"kind": "wordpiece"}, "")
+
+
+def test_load_tokenizer_dir_reads_tokenizer_json_or_vocab_and_merges(tmp_path):
+    bpe = train_bpe(TEXT, 290)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "tokenizer.json").write_text(bpe.to_json())
+    a = load_tokenizer_dir(tmp_path / "a")
+    np.testing.assert_array_equal(a.encode(TEXT), bpe.encode(TEXT))
+    # GPT-2's other form: vocab.json + merges.txt, as the tokenizers model saves them
+    (tmp_path / "b").mkdir()
+    bpe.tokenizer.model.save(str(tmp_path / "b"))
+    b = load_tokenizer_dir(tmp_path / "b")
+    np.testing.assert_array_equal(b.encode(TEXT), bpe.encode(TEXT))
+    assert b.decode(b.encode(TEXT)) == TEXT
+    assert load_tokenizer_dir(tmp_path) is None  # neither: no tokenizer
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "tokenizer.json").write_text("{not json")
+    with pytest.raises(ValueError, match="unreadable"):
+        load_tokenizer_dir(tmp_path / "c")
+
+
+def test_a_tokenizer_larger_than_the_model_is_refused():
+    bpe = train_bpe(TEXT, 300)
+    check_vocab(bpe, bpe.vocab_size, "m")  # equal: fine
+    check_vocab(bpe, bpe.vocab_size + 47, "m")  # smaller than the model (padded): fine
+    with pytest.raises(ValueError, match=f"tokenizer has {bpe.vocab_size} tokens"):
+        check_vocab(bpe, 200, "m")
+    with pytest.raises(ValueError, match="outside"):
+        bpe.decode([bpe.vocab_size])
+
+
+def test_from_json_refuses_garbage():
+    with pytest.raises(ValueError, match="not a tokenizer.json"):
+        BPETokenizer.from_json("[]")

@@ -1,0 +1,200 @@
+"""Pretrained GPT-2s in (local directories, hub names offline) and resgrad runs out, by CLI."""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import resgrad
+from resgrad.cli import main
+from resgrad.formats.checkpoint import load_checkpoint
+from resgrad.formats.hf import export_hf, load_hf
+from resgrad.nn.model import GPT, GPTConfig
+from resgrad.train.bpe import train_bpe
+from resgrad.train.pretrained import load_pretrained, sample_pretrained
+from resgrad.train.sample import generate, load_model
+from resgrad.verify.selfcheck import randomize_params
+
+TEXT = "the quick brown fox jumps over the lazy dog. " * 60
+
+
+@pytest.fixture
+def text_file(tmp_path):
+    p = tmp_path / "data.txt"
+    p.write_text(TEXT, encoding="utf-8")
+    return str(p)
+
+
+@pytest.fixture
+def gpt2_dir(tmp_path):
+    """A tiny GPT-2 directory as the hub serves it: config, safetensors, tokenizer.json."""
+    tok = train_bpe(TEXT, 280)
+    cfg = GPTConfig(vocab_size=tok.vocab_size, block_size=32, n_layer=2, n_head=2, n_embd=16)
+    model = GPT(cfg, seed=0)
+    randomize_params(model.params, np.random.default_rng(0))
+    d = tmp_path / "tiny-gpt2"
+    export_hf(model, d, tokenizer_json=tok.to_json())
+    return str(d)
+
+
+def _one_line_exit_2(capsys, args, needle):
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert needle in err, err
+    assert err.count("\n") == 1, err
+    return err
+
+
+def test_sample_from_a_local_directory(gpt2_dir, capsys):
+    args = ["sample", "--from-pretrained", gpt2_dir, "--start", "the quick", "--num-tokens",
+            "12", "--seed", "3"]  # fmt: skip
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("the quick")
+    model, tok = load_pretrained(gpt2_dir)
+    ids = tok.encode("the quick")
+    want = generate(model, ids[None], 12, np.random.default_rng(3), 0.8, 200)
+    assert out == tok.decode(want[0]) + "\n"  # the CLI is the library, same seed, same text
+    assert main(args) == 0 and capsys.readouterr().out == out  # the same bytes twice
+
+
+def test_a_prompt_longer_than_n_positions(gpt2_dir, capsys):
+    long = "zq " * 40  # rare pairs: about 60 tokens, more than the 32 positions
+    _one_line_exit_2(
+        capsys, ["sample", "--from-pretrained", gpt2_dir, "--start", long], "longer than"
+    )
+
+
+def test_a_tokenizer_larger_than_the_model(gpt2_dir, capsys):
+    (open(os.path.join(gpt2_dir, "tokenizer.json"), "w")).write(train_bpe(TEXT, 400).to_json())
+    cfg = json.load(open(os.path.join(gpt2_dir, "config.json")))
+    assert train_bpe(TEXT, 400).vocab_size > cfg["vocab_size"]
+    _one_line_exit_2(
+        capsys, ["sample", "--from-pretrained", gpt2_dir, "--start", "the"], "tokenizer has"
+    )
+
+
+def test_missing_config_is_exit_2(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    _one_line_exit_2(
+        capsys, ["sample", "--from-pretrained", str(tmp_path / "empty"), "--start", "a"],
+        "has no config.json",
+    )  # fmt: skip
+
+
+def test_a_hub_name_offline_is_one_line_and_exit_2(tmp_path):
+    """Never touches the network: HF_HUB_OFFLINE=1 and an empty cache."""
+    src = str(pathlib.Path(resgrad.__file__).parents[1])  # this checkout's resgrad
+    path = os.pathsep.join([src, *filter(None, [os.environ.get("PYTHONPATH")])])
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"), "PYTHONPATH": path}
+    p = subprocess.run(
+        [sys.executable, "-m", "resgrad", "sample", "--from-pretrained", "gpt2", "--start", "Hi"],
+        capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path,
+    )  # fmt: skip
+    assert p.returncode == 2, p.stderr
+    assert p.stderr.count("\n") == 1, p.stderr
+    assert "'gpt2'" in p.stderr and "pass a local model directory" in p.stderr
+
+
+def test_flow_of_a_pretrained_model_on_a_text(gpt2_dir, text_file, capsys):
+    args = ["flow", "--from-pretrained", gpt2_dir, "--text", text_file, "--seq", "16",
+            "--batch", "2", "--seeds", "2", "--format", "json"]  # fmt: skip
+    assert main(args) == 0
+    data = json.loads(capsys.readouterr().out)
+    recs = data["records"] if isinstance(data, dict) else data
+    stream = [r for r in recs if r["quantity"] == "stream_grad"]
+    assert len(stream) == 3  # L + 1 boundaries of the 2-layer model
+    assert all(r["init"] == "pretrained:tiny-gpt2" and r["n_seeds"] == 2 for r in stream)
+    assert all(r["mean"] > 0 for r in stream)
+    _one_line_exit_2(capsys, ["flow", "--from-pretrained", gpt2_dir], "needs --text")
+
+
+def test_train_bpe_sample_and_export(tmp_path, text_file, capsys, monkeypatch):
+    out = str(tmp_path / "run")
+    args = ["train", "--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--block-size", "8",
+            "--batch-size", "4", "--max-iters", "3", "--eval-interval", "3", "--eval-iters", "1",
+            "--data", text_file, "--out-dir", out,
+            "--tokenizer", "bpe", "--vocab-size", "270"]  # fmt: skip
+    assert main(args) == 0
+    ckpt = load_checkpoint(os.path.join(out, "last.ckpt"))
+    assert ckpt.tokenizer["kind"] == "bpe"
+    assert ckpt.config["model"]["vocab_size"] == 270
+    tj = open(os.path.join(out, "tokenizer.json")).read()
+    assert tj == ckpt.tokenizer["json"]  # saved with the run
+    model, tok, _ = load_model(out)
+    assert tok.vocab_size == 270 and model.cfg.vocab_size == 270
+    capsys.readouterr()
+    assert main(["sample", "--out-dir", out, "--start", "the quick", "--num-tokens", "5"]) == 0
+    assert capsys.readouterr().out.startswith("the quick")
+    assert main(["train", "--out-dir", out, "--resume", "--max-iters", "4"]) == 0  # resumes
+
+    hf = str(tmp_path / "hf")
+    assert main(["export", "--format", "hf", "--checkpoint", out, "--out-dir", hf]) == 0
+    assert "tokenizer.json" in capsys.readouterr().out
+    back = load_hf(hf)
+    model, _, _ = load_model(out)
+    for k in model.params:
+        np.testing.assert_array_equal(back.params[k], model.params[k])
+    assert open(os.path.join(hf, "tokenizer.json")).read() == tj
+    assert sample_pretrained(hf, "the", 4, seed=1).startswith("the")
+
+
+@pytest.mark.parametrize(
+    "extra, needle",
+    [
+        (["--tokenizer", "bpe"], "needs a vocab_size"),
+        (["--tokenizer", "bpe", "--vocab-size", "100"], "vocab_size must be an integer >= 256"),
+        (["--vocab-size", "300"], "is for a BPE trained here"),
+    ],
+)
+def test_bad_tokenizer_flags(tmp_path, text_file, capsys, extra, needle):
+    args = ["train", "--data", text_file, "--out-dir", str(tmp_path / "r"), *extra]
+    _one_line_exit_2(capsys, args, needle)
+
+
+def test_an_unknown_tokenizer_is_a_flag_error(tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["train", "--out-dir", str(tmp_path / "r"), "--tokenizer", "wordpiece"])
+    assert e.value.code == 2
+    assert "expected one of char, bpe, got 'wordpiece'" in capsys.readouterr().err
+
+
+def test_export_refuses_a_non_pre_ln_run(tmp_path, text_file, capsys):
+    out = str(tmp_path / "run")
+    args = ["train", "--n-layer", "1", "--n-head", "2", "--n-embd", "8", "--block-size", "8",
+            "--batch-size", "2", "--max-iters", "1", "--eval-iters", "1", "--data", text_file,
+            "--out-dir", out, "--variant", "post-ln"]  # fmt: skip
+    assert main(args) == 0
+    _one_line_exit_2(
+        capsys, ["export", "--checkpoint", out, "--out-dir", str(tmp_path / "hf")],
+        "cannot export variant 'post-ln' as GPT-2",
+    )  # fmt: skip
+
+
+def test_init_from_fine_tunes_a_pretrained_model(gpt2_dir, text_file, tmp_path, capsys):
+    out = str(tmp_path / "ft")
+    args = ["train", "--init-from", gpt2_dir, "--block-size", "16", "--batch-size", "2",
+            "--max-iters", "4", "--eval-interval", "2", "--eval-iters", "1", "--lr", "1e-3",
+            "--warmup-iters", "0", "--lr-decay-iters", "4", "--data", text_file,
+            "--out-dir", out]  # fmt: skip
+    assert main(args) == 0
+    pre = load_hf(gpt2_dir)
+    first = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))][0]
+    tok = load_pretrained(gpt2_dir)[1]
+    # the first evaluation is the pretrained model's own loss, not a fresh init's
+    assert first["kind"] == "eval"
+    steps = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))]
+    steps = [r for r in steps if r["kind"] == "iter"]
+    assert all(len(r["layer_grad_norms"]) == 2 for r in steps)  # the model's 2 blocks, not 4
+    model, _, ckpt = load_model(out)
+    assert model.cfg.n_embd == 16 and model.cfg.vocab_size == pre.cfg.vocab_size
+    assert ckpt.tokenizer["kind"] == "bpe" and ckpt.tokenizer["json"] == tok.to_json()
+    assert any(not np.array_equal(model.params[k], pre.params[k]) for k in pre.params)
+    assert main(["train", "--out-dir", out, "--resume", "--max-iters", "6"]) == 0
+    big = ["train", "--init-from", gpt2_dir, "--block-size", "64", "--data", text_file,
+           "--out-dir", str(tmp_path / "big")]  # fmt: skip
+    _one_line_exit_2(capsys, big, "exceeds")
