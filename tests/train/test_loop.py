@@ -377,3 +377,22 @@ def test_evaluation_runs_with_dropout_off(tmp_path, text_file):
         model = GPT(cfg.gpt_config(corpus.tokenizer.vocab_size), seed=cfg.seed)
         losses.append(estimate_loss(model, corpus, cfg))
     assert losses[0] == losses[1]  # the same weights: dropout must not touch evaluation
+
+
+def test_a_checkpoint_from_before_a_new_setting_still_resumes(tmp_path, text_file):
+    """A run written before TrainConfig gained fields (tokenizer, vocab_size, init_from) was
+    trained with their defaults: it resumes, and to the same numbers as an unbroken run."""
+    from resgrad.formats.checkpoint import save_checkpoint
+
+    whole = _cfg(tmp_path, "whole", text_file, max_iters=12)
+    train(whole, progress=False, log=lambda s: None)
+    half = _cfg(tmp_path, "half", text_file, max_iters=6)
+    train(half, progress=False, log=lambda s: None)
+    path = os.path.join(half.out_dir, "last.ckpt")
+    ckpt = load_checkpoint(path)
+    old = {k: v for k, v in ckpt.config["train"].items()
+           if k not in ("tokenizer", "vocab_size", "init_from")}  # fmt: skip
+    assert len(old) < len(ckpt.config["train"])
+    save_checkpoint(path, dataclasses.replace(ckpt, config={**ckpt.config, "train": old}))
+    train(resume_config(half.out_dir, max_iters=12), progress=False, log=lambda s: None)
+    assert _steps(whole.out_dir) == _steps(half.out_dir)

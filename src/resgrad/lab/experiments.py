@@ -247,35 +247,44 @@ def render_figure(cfg: ExperimentConfig, rows, summary, out_dir, cells, entropy)
     """Left: final val loss (mean ± std over seeds, diverged cells as x) against the swept
     axis; right: mean val-loss curves of every group."""
     fig, (ax1, ax2) = new_figure(ncols=2, width=13.0, height=5.0)
+    # one colour per variant; the other settings a line style each
+    color = {v: f"C{i % 10}" for i, v in enumerate(cfg.variants)}
+    others = sorted({tuple(s[k] for k in GROUP[1:]) for s in summary})
+    style = {o: ("-", "--", ":", "-.")[i % 4] for i, o in enumerate(others)}
     x_key = "n_layer" if cfg.name == "depth" else "lr"
     line_keys = [k for k in GROUP if k != x_key]
     lines: dict[tuple, list[dict]] = {}
     for s in summary:
         lines.setdefault(tuple(s[k] for k in line_keys), []).append(s)
-    for j, (key, ss) in enumerate(lines.items()):
+    for key, ss in lines.items():
         label = ", ".join(f"{k}={v}" for k, v in zip(line_keys, key)
                           if len({s[k] for s in summary}) > 1 or k == "variant")  # fmt: skip
-        color = f"C{j % 10}"
+        c = color[key[0]]  # key[0] is the variant
         ss = sorted(ss, key=lambda s: s[x_key])
         xs = [s[x_key] for s in ss if s["val_mean"] is not None]
         ys = [s["val_mean"] for s in ss if s["val_mean"] is not None]
         es = [s["val_std"] or 0.0 for s in ss if s["val_mean"] is not None]
-        ax1.errorbar(xs, ys, yerr=es, fmt="o-", color=color, capsize=3, ms=4, label=label)
+        rest = sorted({k[1:] for k in lines})  # the line's settings other than the variant
+        ls = ("-", "--", ":", "-.")[rest.index(key[1:]) % 4]
+        ax1.errorbar(xs, ys, yerr=es, fmt="o", ls=ls, color=c, capsize=3, ms=4, label=label)
         for s in ss:
             if s["diverged"]:
-                ax1.plot([s[x_key]], [entropy or 0], "x", color=color, ms=9, mew=2)
+                ax1.plot([s[x_key]], [entropy or 0], "x", color=c, ms=9, mew=2)
     ax1.set_xscale("log", base=2 if x_key == "n_layer" else 10)
+    ticks = sorted({s[x_key] for s in summary})
+    ax1.set_xticks(ticks, [f"{v:g}" for v in ticks])
+    ax1.minorticks_off()
     ax1.set_xlabel("layers" if x_key == "n_layer" else "peak learning rate")
     ax1.set_ylabel(f"val loss after {cfg.max_iters} steps, mean ± std over {cfg.seeds} seeds")
     if entropy is not None:
         ax1.axhline(entropy, color="gray", ls=":", lw=1, label=f"unigram entropy {entropy:.2f}")
     ax1.set_title("final validation loss (x: a seed diverged)", fontsize=10)
     curves = _curves(rows, out_dir, cells)
-    for j, (key, runs) in enumerate(curves.items()):
+    for key, runs in curves.items():
         d = dict(zip(GROUP, key))
         iters = sorted({i for run in runs for i, _ in run})
         mean = [np.mean([v for run in runs for i2, v in run if i2 == i]) for i in iters]
-        ax2.plot(iters, mean, "o-", ms=2.5, lw=1.0, color=f"C{j % 10}",
+        ax2.plot(iters, mean, marker="o", ls=style[key[1:]], ms=2.5, lw=1.0, color=color[key[0]],
                  label=f"{d['variant']} L={d['n_layer']} lr={d['lr']:g} "
                        f"warm-up {d['warmup_iters']}")  # fmt: skip
     ax2.set_xlabel("iteration")

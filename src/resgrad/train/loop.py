@@ -446,11 +446,14 @@ def resume_config(out_dir: str, **overrides) -> TrainConfig:
 
 
 def _check_resumable(cfg: TrainConfig, saved: dict, path: str) -> None:
+    # a setting the checkpoint does not record is newer than it: it was trained with the default
+    defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
     for k, v in dataclasses.asdict(cfg).items():
-        if k not in RESUMABLE and saved.get(k) != v:
+        was = saved.get(k, defaults[k])
+        if k not in RESUMABLE and was != v:
             raise ValueError(
                 f"cannot resume {path!r}: {k} is {v!r} but the checkpoint was trained with "
-                f"{saved.get(k)!r} (only {', '.join(RESUMABLE[:3])} may change on resume)"
+                f"{was!r} (only {', '.join(RESUMABLE[:3])} may change on resume)"
             )
 
 
