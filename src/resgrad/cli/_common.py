@@ -71,14 +71,23 @@ def positive_float(text: str) -> float:
     return value
 
 
-def int_list(text: str) -> tuple[int, ...]:
-    """A comma-separated list of positive integers, e.g. ``1,5,10,20``."""
-    parts = [p.strip() for p in text.split(",")]
-    if not text.strip() or any(p == "" for p in parts):
-        raise argparse.ArgumentTypeError(
-            f"expected a comma-separated list of positive integers, got {text!r}"
-        )
-    return tuple(positive_int(p) for p in parts)
+def list_of(item, what: str):
+    """A flag type for a comma-separated list, each part parsed by ``item`` (e.g. ``1,5,10``)."""
+
+    def parse(text: str) -> tuple:
+        parts = [p.strip() for p in text.split(",")]
+        if not text.strip() or any(p == "" for p in parts):
+            raise argparse.ArgumentTypeError(
+                f"expected a comma-separated list of {what}, got {text!r}"
+            )
+        return tuple(item(p) for p in parts)
+
+    return parse
+
+
+int_list = list_of(positive_int, "positive integers")  # e.g. depths 1,5,10,20
+nonneg_int_list = list_of(nonneg_int, "non-negative integers")  # e.g. blocks 0,5,11
+positive_float_list = list_of(positive_float, "positive numbers")  # e.g. learning rates
 
 
 def name_list(choices: tuple[str, ...]):

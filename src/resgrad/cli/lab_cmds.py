@@ -20,13 +20,6 @@ from resgrad.nn.blocks import INITS, VARIANTS
 from resgrad.plots import plot_format
 
 
-def _nonneg_int_list(text: str) -> tuple[int, ...]:
-    parts = [p.strip() for p in text.split(",")]
-    if not text.strip() or any(p == "" for p in parts):
-        raise argparse.ArgumentTypeError(f"expected comma-separated block numbers, got {text!r}")
-    return tuple(_common.nonneg_int(p) for p in parts)
-
-
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "dynamics",
@@ -44,7 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--layers",
-        type=_nonneg_int_list,
+        type=_common.nonneg_int_list,
         default=None,
         help="blocks drawn as lines, e.g. 0,5,11 (default: first, middle, last)",
     )
@@ -67,7 +60,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--layers",
-        type=_nonneg_int_list,
+        type=_common.nonneg_int_list,
         default=None,
         help="blocks drawn against step (default: first, middle and last of the shallowest run)",
     )
@@ -96,19 +89,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
-def _float_list(text: str) -> tuple[float, ...]:
-    parts = [p.strip() for p in text.split(",")]
-    if not text.strip() or any(p == "" for p in parts):
-        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}")
-    return tuple(_common.positive_float(p) for p in parts)
-
-
 # flag -> (ExperimentConfig field, type, help); None keeps the experiment's default
 EXPERIMENT_FLAGS = [
     ("--variants", _common.name_list(VARIANTS), "residual schemes, comma-separated"),
     ("--depths", _common.int_list, "numbers of layers, comma-separated"),
-    ("--lrs", _float_list, "peak learning rates, comma-separated"),
-    ("--warmups", _nonneg_int_list, "warm-up steps, comma-separated (0: none)"),
+    ("--lrs", _common.positive_float_list, "peak learning rates, comma-separated"),
+    ("--warmups", _common.nonneg_int_list, "warm-up steps, comma-separated (0: none)"),
     ("--seeds", _common.positive_int, "seeds 0..K-1 of every cell"),
     ("--max-iters", _common.positive_int, "steps per cell"),
     ("--n-embd", _common.positive_int, "width C"),

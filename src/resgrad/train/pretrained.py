@@ -23,7 +23,7 @@ import numpy as np
 from resgrad.formats.hf import export_hf, load_hf, resolve_pretrained
 from resgrad.nn.model import GPT
 from resgrad.train.bpe import BPETokenizer, check_vocab, load_tokenizer_dir
-from resgrad.train.sample import generate, load_model
+from resgrad.train.sample import continue_text, load_model
 
 __all__ = ["encode_prompt", "export_checkpoint", "load_pretrained", "sample_pretrained"]
 
@@ -101,20 +101,7 @@ def sample_pretrained(
             "and merges.txt); put GPT-2's beside the model"
         )
     ids = encode_prompt(tok, start, model.cfg.block_size)  # (T0,)
-    stream = None
-    if on_text is not None:
-        on_text(start)
-        stream = lambda t: on_text(tok.decode(t))  # noqa: E731  (B=1,) -> its text
-    out = generate(
-        model,
-        ids[None, :],
-        num_tokens,
-        np.random.default_rng(seed),
-        temperature,
-        top_k,
-        on_token=stream,
-    )  # (1, T0 + N)
-    return tok.decode(out[0])
+    return continue_text(model, tok, start, ids, num_tokens, temperature, top_k, seed, on_text)
 
 
 def export_checkpoint(

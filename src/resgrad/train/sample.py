@@ -48,6 +48,7 @@ from resgrad.train.data import CharTokenizer
 __all__ = [
     "KVCache",
     "attention_step",
+    "continue_text",
     "forward_step",
     "generate",
     "load_model",
@@ -332,6 +333,24 @@ def sample_text(
         ids = tok.encode(start)  # (T0,)
     except ValueError as e:
         raise ValueError(f"start text: {e}") from None
+    return continue_text(model, tok, start, ids, num_tokens, temperature, top_k, seed, on_text)
+
+
+def continue_text(
+    model: GPT,
+    tok,
+    start: str,
+    ids: np.ndarray,
+    num_tokens: int,
+    temperature: float,
+    top_k: int | None,
+    seed: int,
+    on_text: Callable[[str], None] | None = None,
+) -> str:
+    """``start`` (token ids ``ids``, (T0,)) plus ``num_tokens`` sampled tokens, as text.
+
+    ``on_text``, if given, receives ``start`` and then each new token's text as it is drawn.
+    """
     stream = None
     if on_text is not None:
         on_text(start)
