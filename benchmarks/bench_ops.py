@@ -93,7 +93,7 @@ def torch_table(cfg, steps: int) -> dict[str, float]:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    step = torch_step_fn(cfg)
+    _, step = torch_step_fn(cfg)
     for _ in range(2):
         step()
     with profile(activities=[ProfilerActivity.CPU]) as prof:
