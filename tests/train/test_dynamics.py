@@ -180,3 +180,15 @@ def test_training_warns_when_a_layer_vanishes(tmp_path, text_file):
 def test_writer_rejects_a_foreign_record(tmp_path):
     with DynamicsWriter(tmp_path, 2) as w, pytest.raises(ValueError, match="dtype"):
         w.append(np.zeros((), dtype=record_dtype(3)))
+
+
+def test_resume_over_records_of_another_depth_starts_afresh(tmp_path):
+    with DynamicsWriter(tmp_path, 2) as w:
+        for s in range(3):
+            rec = np.zeros((), dtype=record_dtype(2))
+            rec["step"] = s
+            w.append(rec)
+    said = []
+    DynamicsWriter(tmp_path, 3, start=2, log=said.append).close()
+    assert said and "of 2 blocks, not 3" in said[0] and "from step 2" in said[0]
+    assert read_dynamics(tmp_path).n_layer == 3 and read_dynamics(tmp_path).steps.size == 0

@@ -54,6 +54,9 @@ __all__ = [
 ]
 
 EXPERIMENTS = ("warmup", "depth", "residual")
+# one row per cell: its settings; completed steps; the last evaluation's losses; whether
+# (and after how many steps) it diverged; the wall time of the call that finished it; block
+# 0's gradient norm and the largest block's update ratio, means over the last 10% of steps
 ROW_FIELDS = (
     "variant", "n_layer", "lr", "warmup_iters", "seed", "iters", "train_loss", "val_loss",
     "best_val_loss", "diverged", "diverged_at", "seconds", "grad_block0", "update_max",

@@ -28,6 +28,7 @@ __all__ = [
     "compare_figure",
     "default_layers",
     "dynamics_figure",
+    "load_runs",
     "run_labels",
     "save_figure",
 ]

@@ -51,7 +51,7 @@ __all__ = [
     "Dynamics",
     "DynamicsMonitor",
     "DynamicsWriter",
-    "block_kinds",
+    "param_kind",
     "read_dynamics",
     "make_record",
     "record_dtype",
@@ -89,7 +89,7 @@ def record_dtype(n_layer: int) -> np.dtype:
     return np.dtype(fields)
 
 
-def block_kinds(name: str) -> str:
+def param_kind(name: str) -> str:
     """The gradient kind of a parameter named inside a block, e.g. ``attn.w_qkv`` -> grad_attn."""
     for prefix, kind in GRAD_KINDS.items():
         if name.startswith(prefix):
@@ -132,7 +132,7 @@ def make_record(
     per_name = per_block_norms(norms, n_layer)  # "" -> (L,), "attn.w_qkv" -> (L,), ...
     rec["grad"] = per_name.pop("")
     for kind in ("grad_attn", "grad_mlp", "grad_ln"):
-        sq = [v**2 for k, v in per_name.items() if block_kinds(k) == kind]
+        sq = [v**2 for k, v in per_name.items() if param_kind(k) == kind]
         rec[kind] = np.sqrt(np.sum(sq, axis=0)) if sq else 0.0  # (L,)
     rec["update"] = update_ratio
     rec["stream_grad"] = stream_norms
@@ -200,6 +200,8 @@ class DynamicsWriter:
         if start > 0:
             try:
                 old = read_dynamics(run_dir)
+                if old.n_layer != n_layer:
+                    raise ValueError(f"its records are of {old.n_layer} blocks, not {n_layer}")
                 keep = int(np.searchsorted(old.records["step"], start))  # records before start
             except (OSError, ValueError) as e:
                 if log is not None:
