@@ -9,10 +9,12 @@ optimization aims at the largest gap and shows what it gained. Same model, batch
 and thread count as ``bench_train_step.py`` (its PyTorch model is imported from
 there).
 
-- resgrad: ``cProfile`` over ``--steps`` steps; the self time of each layer function
-  (its inline NumPy work included: a matmul written ``x @ w`` counts in the
-  function that writes it) is summed by kind. The profiler adds a little per
-  Python call, so the resgrad total reads a few percent above the untimed step.
+- resgrad: ``cProfile`` over ``--steps`` steps of the plain pass (one shard:
+  cProfile sees only the thread it runs on, so the trainer's shards on threads are
+  left out); the self time of each layer function (its inline NumPy work included:
+  a matmul written ``x @ w`` counts in the function that writes it) is summed by
+  kind. The profiler adds a little per Python call, so the resgrad total reads a
+  few percent above the untimed step.
 - PyTorch: ``torch.profiler`` over the same number of steps; the self CPU time of
   each ATen op, summed by kind.
 
@@ -75,7 +77,7 @@ def torch_kind(op: str) -> str:
 
 
 def resgrad_table(cfg, steps: int) -> dict[str, float]:
-    _, step = resgrad_step_fn(cfg)
+    _, step = resgrad_step_fn(cfg, shards=1)  # cProfile sees one thread: the plain pass
     for _ in range(2):
         step()
     prof = cProfile.Profile()

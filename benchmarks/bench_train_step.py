@@ -6,12 +6,14 @@
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/bench_train_step.py
     python benchmarks/bench_train_step.py --both-env       # runs itself both ways
 
-A step is forward + backward + AdamW. Both models have the same config, the
-same parameter count (checked) and the same thread count; the steps alternate
-between the two frameworks in blocks of 5, each block after a short pause that
-lets the other's spinning BLAS/OpenMP threads go quiet and one untimed step, and
-each figure is the median of ``--steps`` steps. GFLOP/s come from resgrad's
-counted matmul FLOPs (attention included), the same count for both, as a
+A step is forward + backward + AdamW. resgrad's is the trainer's: the batch as
+``DEFAULT_SHARDS`` shards on threads (resgrad.train.shards); the row "plain" is the
+same step as one shard, so the gain of the shards is measured in the same run.
+Both frameworks have the same config, the same parameter count (checked) and the
+same thread count; the steps alternate between the three in blocks of 5, each
+block after a short pause that lets the others' spinning BLAS/OpenMP threads go
+quiet and one untimed step, and each figure is the median of ``--steps`` steps.
+GFLOP/s come from resgrad's counted matmul FLOPs (attention included), the same count for both, as a
 fraction of the float32 matmul peak measured in this run. Peak memory is
 measured in a fresh child process per framework. PyTorch is optional: without
 it resgrad's figures print alone.
@@ -134,29 +136,32 @@ def torch_child(name: str, steps: int = 3) -> None:
 def bench_config(cfg: BenchConfig, steps: int, peak: float) -> dict:
     if torch is None:
         return resgrad_figures(cfg, steps, peak)
-    model, r_step = resgrad_step_fn(cfg)
+    model, r_step = resgrad_step_fn(cfg)  # the trainer's step: DEFAULT_SHARDS on threads
+    _, p_step = resgrad_step_fn(cfg, shards=1)  # the plain pass, one shard
     flops = model.flops_per_step(cfg.batch_size, cfg.block_size)
     row = {"config": cfg.name, "params": model.num_params(), "flops_per_step": flops}
     t_model, t_step = torch_step_fn(cfg)
     t_params = sum(p.numel() for p in t_model.parameters())
     if t_params != model.num_params():
         raise SystemExit(f"{cfg.name}: resgrad has {model.num_params()} params, torch {t_params}")
-    for _ in range(2):  # warm-up both
-        r_step()
-        t_step()
-    r_times, t_times = [], []
-    for done in range(0, steps, BLOCK):  # alternate in blocks, so both see the same machine:
+    steppers = {"resgrad": r_step, "plain": p_step, "torch": t_step}
+    for step in steppers.values():  # warm-up each
+        step()
+        step()
+    times = {name: [] for name in steppers}
+    for done in range(0, steps, BLOCK):  # alternate in blocks, so all see the same machine:
         n = min(BLOCK, steps - done)  # each block after the other's threads have gone quiet
-        settle()  # and one untimed step, so it times steady training, not a wake-up
-        r_times += time_steps(r_step, n, warmup=1)
-        settle()
-        t_times += time_steps(t_step, n, warmup=1)
-    row["resgrad"] = figures(r_times, cfg, flops, peak).as_dict()
-    row["torch"] = figures(t_times, cfg, flops, peak).as_dict()
+        for name, step in steppers.items():  # and one untimed step, so it times steady
+            settle()  # training, not a wake-up
+            times[name] += time_steps(step, n, warmup=1)
+    for name in steppers:
+        row[name] = figures(times[name], cfg, flops, peak).as_dict()
     row["resgrad"]["peak_mib"] = peak_memory_mib(resgrad_probe_argv(cfg.name))
+    row["plain"]["peak_mib"] = peak_memory_mib(resgrad_probe_argv(cfg.name, shards=1))
     torch_probe = [sys.executable, os.path.abspath(__file__), "--torch-child", cfg.name]
     row["torch"]["peak_mib"] = peak_memory_mib(torch_probe)
     row["speedup"] = row["torch"]["ms_per_step"] / row["resgrad"]["ms_per_step"]
+    row["plain_speedup"] = row["plain"]["ms_per_step"] / row["resgrad"]["ms_per_step"]
     return row
 
 

@@ -41,6 +41,7 @@ OPTIM = ("tests/train/test_optim.py",)
 LOOP = ("tests/train/test_loop.py",)
 CKPT = ("tests/formats/test_checkpoint.py",)
 SAMPLE = ("tests/train/test_sample.py",)
+SHARDS = ("tests/train/test_shards.py",)
 
 
 @dataclass(frozen=True)
@@ -147,6 +148,14 @@ MUTANTS = [
     Mutant("best checkpoint kept on a worse val loss", "train/loop.py",
            'is_best = best is None or losses["val"] < best',
            'is_best = best is None or losses["val"] > best', LOOP),
+    # -- train/shards.py: a batch as shards on threads
+    Mutant("shards: every shard weighted equally", "train/shards.py",
+           "(r.stop - r.start) / B, g)", "1 / len(rows), g)", SHARDS),
+    Mutant("shards: the later shards' gradients dropped", "train/shards.py",
+           "grads[k] += a  # (shape of params[k])", "grads[k] += 0 * a", SHARDS),
+    Mutant("shards: stream norms of the first shard only", "train/shards.py",
+           "math.hypot(*(np.linalg.norm(p[2][i]) for p in parts))",
+           "float(np.linalg.norm(parts[0][2][i]))", SHARDS),
     # -- formats/checkpoint.py
     Mutant("checkpoint checksum not verified", "formats/checkpoint.py",
            'if hashlib.sha256(zeroed).hexdigest() != field.group(1).decode("ascii"):',

@@ -96,7 +96,10 @@ FLOORS = [
     ("verify", ["gradcheck", "selfcheck"]),  # the proofs
     ("formats", ["atomic", "lock", "records", "checkpoint", "hf", "nanogpt"]),  # files
     ("plots", [""]),  # figures
-    ("train", ["data", "bpe", "optim", "dynamics", "sample", "pretrained", "loop"]),  # training
+    (
+        "train",
+        ["data", "bpe", "optim", "dynamics", "sample", "pretrained", "shards", "loop"],
+    ),  # training
     ("lab", ["lesson", "flow", "realflow", "claims", "explore", "runs", "sweep", "experiments"]),
     ("perf", ["heap", "bench", "memory"]),  # the heap setting, the step timer, memory estimates
     ("cli", ["*"]),  # the command line: flags in, library calls out

@@ -53,7 +53,9 @@ TRAIN_FLAGS = [
     ("--tokenizer", _tokenizer_kind, "char, or bpe: a byte-level BPE trained on the data"),
     ("--vocab-size", _common.positive_int, "tokens of the BPE (>= 256), with --tokenizer bpe"),
     ("--init-from", str, "fine-tune a pretrained GPT-2: hub name (gpt2), directory or ckpt.pt"),
-]
+    ("--shards", _common.positive_int, "compute each batch as this many shards on threads, "
+     "gradients summed; changes only rounding (1: the plain pass)"),
+]  # fmt: skip
 
 
 def _field(flag: str) -> str:

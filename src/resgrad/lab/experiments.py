@@ -162,6 +162,7 @@ class ExperimentConfig:
             eval_interval=self.eval_interval, eval_iters=self.eval_iters, variant=variant,
             init=self.init, seed=seed, data=self.data,
             out_dir=os.path.join(out_dir, "runs", name),
+            shards=1,  # cells run one per core already; and the README's figures keep their bytes
         )  # fmt: skip
 
 

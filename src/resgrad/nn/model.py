@@ -300,7 +300,9 @@ class GPT:
         cache = GPTCache(c_emb, c_drop, c_blocks, c_ln, x, P["wte"], c_ce, xs)
         return logits, loss, cache
 
-    def backward(self, cache: GPTCache, dlogits: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    def backward(
+        self, cache: GPTCache, dlogits: np.ndarray | None = None, dloss: float = 1.0
+    ) -> dict[str, np.ndarray]:
         """Gradients of the loss with respect to every parameter, under the same names.
 
         Parameters
@@ -310,15 +312,19 @@ class GPT:
         dlogits : ndarray, shape (B, T, V), optional
             Start from this upstream gradient of the logits instead of the loss
             (then forward's targets are not needed).
+        dloss : float
+            The upstream gradient of the loss (1.0: dL/dL; unused with ``dlogits``).
+            A batch split into shards starts each shard's backward from its share
+            of the batch (:mod:`resgrad.train.shards`).
 
         Returns
         -------
         grads : dict of str to ndarray, the keys and order of ``params``
         """
-        return self.backward_stream(cache, dlogits)[0]
+        return self.backward_stream(cache, dlogits, dloss)[0]
 
     def backward_stream(
-        self, cache: GPTCache, dlogits: np.ndarray | None = None
+        self, cache: GPTCache, dlogits: np.ndarray | None = None, dloss: float = 1.0
     ) -> tuple[dict[str, np.ndarray], list[np.ndarray]]:
         """:meth:`backward`, plus the gradient of the residual stream at every block boundary.
 
@@ -334,7 +340,7 @@ class GPT:
             if cache.ce is None:
                 raise ValueError("backward needs a forward with targets (or an explicit dlogits)")
             # 6) loss = cross_entropy(logits, targets)
-            dlogits = cross_entropy_backward(1.0, cache.ce)  # (B,T,V)
+            dlogits = cross_entropy_backward(dloss, cache.ce)  # (B,T,V)
         elif dlogits.shape != cache.xf.shape[:2] + (cache.wte.shape[0],):
             raise ValueError(f"dlogits have shape {dlogits.shape}; expected the logits' shape")
         B, T, V = dlogits.shape

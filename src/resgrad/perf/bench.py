@@ -25,6 +25,7 @@ import numpy as np
 from resgrad.nn.model import GPT, GPTConfig
 from resgrad.perf.heap import keep_freed_memory
 from resgrad.train.optim import AdamW, AdamWConfig
+from resgrad.train.shards import DEFAULT_SHARDS, Shards
 
 __all__ = [
     "ALL_CONFIGS",
@@ -101,28 +102,34 @@ def make_batch(cfg: BenchConfig, seed: int = 0) -> tuple[np.ndarray, np.ndarray]
     return ids[:, :-1], ids[:, 1:]
 
 
-def resgrad_step_fn(cfg: BenchConfig, seed: int = 0) -> tuple[GPT, Callable[[], float]]:
-    """resgrad's GPT in float32 and a function doing one training step, returning the loss."""
+def resgrad_step_fn(
+    cfg: BenchConfig, seed: int = 0, shards: int = DEFAULT_SHARDS
+) -> tuple[GPT, Callable[[], float]]:
+    """resgrad's GPT in float32 and a function doing one training step, returning the loss.
+
+    The step is the trainer's: the batch as ``shards`` shards on threads
+    (:mod:`resgrad.train.shards`; 1: the plain pass), then AdamW.
+    """
     model = GPT(cfg.gpt_config(), seed=seed, dtype=np.float32)
     opt = AdamW(model.params, AdamWConfig(lr=1e-4))
     idx, targets = make_batch(cfg, seed)
+    sharded = Shards(shards)
 
     def step() -> float:
-        _, loss, cache = model.forward(idx, targets)
-        grads = model.backward(cache)
-        opt.step(grads)
-        return float(loss)
+        p = sharded.forward_backward(model, idx, targets)
+        opt.step(p.grads)
+        return p.loss
 
     return model, step
 
 
-def train_steps(name: str, steps: int = 3) -> None:
+def train_steps(name: str, steps: int = 3, shards: int = DEFAULT_SHARDS) -> None:
     """Build the ``name`` config's model, train ``steps`` steps and print the peak memory.
 
     The memory probe's body: the last line printed is ``peak_mib <float>``.
     """
     keep_freed_memory()  # as in the timed process
-    _, step = resgrad_step_fn(BENCH_CONFIGS[name])
+    _, step = resgrad_step_fn(BENCH_CONFIGS[name], shards=shards)
     for _ in range(steps):
         step()
     print(f"peak_mib {own_peak_rss_mib()}")
@@ -133,12 +140,12 @@ def settle(seconds: float = SETTLE_S) -> None:
     time.sleep(seconds)
 
 
-def resgrad_probe_argv(name: str) -> list[str]:
+def resgrad_probe_argv(name: str, shards: int = DEFAULT_SHARDS) -> list[str]:
     """A command that runs :func:`train_steps` in a fresh interpreter."""
     return [
         sys.executable,
         "-c",
-        f"from resgrad.perf.bench import train_steps; train_steps({name!r})",
+        f"from resgrad.perf.bench import train_steps; train_steps({name!r}, shards={shards})",
     ]
 
 
@@ -269,7 +276,7 @@ def format_row(row: dict) -> str:
         f"\n{row['config']}: {row['params']:,} params, {gflop:.2f} GFLOP/step",
         f"  {'':8} {'ms/step':>9} {'tok/s':>9} {'GFLOP/s':>8} {'of peak':>8} {'peak MiB':>9}",
     ]
-    for fw in ("resgrad", "torch"):
+    for fw in ("resgrad", "plain", "torch"):
         if fw in row:
             f = row[fw]
             lines.append(
@@ -278,4 +285,6 @@ def format_row(row: dict) -> str:
             )
     if "speedup" in row:
         lines.append(f"  throughput resgrad / PyTorch: {row['speedup']:.2f}x")
+    if "plain_speedup" in row:
+        lines.append(f"  throughput resgrad / plain (one shard): {row['plain_speedup']:.2f}x")
     return "\n".join(lines)

@@ -65,11 +65,11 @@ from resgrad.train.dynamics import (
     DynamicsMonitor,
     DynamicsWriter,
     make_record,
-    rms,
     snapshot_blocks,
     update_ratios,
 )
 from resgrad.train.optim import AdamW, AdamWConfig, LRSchedule, clip_grad_norm, grad_norms
+from resgrad.train.shards import DEFAULT_SHARDS, Shards
 
 __all__ = [
     "METRICS",
@@ -98,8 +98,11 @@ _SEED_DATA, _SEED_DROPOUT, _SEED_EVAL = 1, 2, 3  # streams of np.random.default_
 MAX_EVAL_ITERS = 10_000  # batches per split per evaluation; std error 1/sqrt(n) is 1% here
 _MIN_INT = {  # integer fields of TrainConfig -> smallest allowed value
     "n_layer": 1, "n_head": 1, "n_embd": 1, "block_size": 1, "batch_size": 1, "max_iters": 0,
-    "warmup_iters": 0, "lr_decay_iters": 1, "eval_interval": 1, "eval_iters": 1,
+    "warmup_iters": 0, "lr_decay_iters": 1, "eval_interval": 1, "eval_iters": 1, "shards": 1,
 }  # fmt: skip
+# a field a checkpoint does not record is newer than the checkpoint, which was trained
+# as the code then did: the field's default, except where the default has changed since
+_BEFORE_RECORDED = {"shards": 1}  # runs before shards were unsharded
 
 
 def _int(name, v, lo):
@@ -149,6 +152,9 @@ class TrainConfig:
     tokenizer: str = "char"  # "char", or "bpe": a byte-level BPE trained on the data
     vocab_size: int | None = None  # tokens of the BPE (>= 256); only with tokenizer "bpe"
     init_from: str | None = None  # fine-tune a pretrained GPT-2 (hub name, directory, ckpt.pt)
+    # each batch as this many shards on threads, gradients summed (resgrad.train.shards):
+    # changes the gradients' rounding, so it is part of the run; never the thread count
+    shards: int = DEFAULT_SHARDS
 
     def __post_init__(self):
         for name, lo in _MIN_INT.items():
@@ -379,10 +385,13 @@ def train_step(
     it: int = 0,
     *,
     dynamics: bool = False,
+    shards: Shards | None = None,
 ) -> StepResult:
     """One optimizer step on the batch ``x``, ``y`` (B, T): forward, backward, check, clip, AdamW.
 
-    With ``dynamics``, also measures each block's update ratio (from a copy of its
+    ``shards`` computes the loss and gradients as shards of the batch on threads
+    (:mod:`resgrad.train.shards`; default: one shard, the plain pass). With
+    ``dynamics``, also measures each block's update ratio (from a copy of its
     weights taken before the step) and the RMS of each block's output
     (:mod:`resgrad.train.dynamics`).
 
@@ -392,19 +401,18 @@ def train_step(
         If the loss or a gradient is NaN or Inf, before anything is updated; the
         message names iteration ``it`` and the first parameter affected.
     """
-    with np.errstate(all="ignore"):  # overflow is caught below, by name, not warned
-        _, loss, cache = model.forward(x, y, train=True, rng=rng)  # 1) loss
+    # 1)-2) loss, gradients and dL/dx_i at each block; overflow is caught below, by name
+    p = (shards or Shards(1)).forward_backward(model, x, y, rng)
+    loss, grads = p.loss, p.grads
     if not math.isfinite(loss):
         bad = _describe_nonfinite(model.params)
-        if bad is None:  # parameters are fine: find where the backward breaks
-            with np.errstate(all="ignore"):
-                bad = _describe_nonfinite(model.backward(cache))
-            where = "first parameter with a non-finite gradient: " + (bad or "none")
+        if bad is None:  # parameters are fine: name where the backward breaks
+            where = "first parameter with a non-finite gradient: " + (
+                _describe_nonfinite(grads) or "none"
+            )
         else:
             where = f"non-finite values in parameter {bad}"
         raise TrainingDiverged(f"iteration {it}: loss is {loss}; {where}")
-    with np.errstate(all="ignore"):
-        grads, dxs = model.backward_stream(cache)  # 2) gradients, and dL/dx_i at each block
     norms = grad_norms(grads)
     if not all(math.isfinite(n) for n in norms.values()):  # 3) nothing non-finite goes in
         raise TrainingDiverged(
@@ -415,11 +423,10 @@ def train_step(
     clipped = grad_clip > 0 and grad_clip / (total + 1e-6) < 1.0  # clip_grad_norm's test
     before = snapshot_blocks(model.params) if dynamics else None
     opt.step(grads, lr=lr)  # 5) AdamW, in place
-    stream = [float(np.linalg.norm(d)) for d in dxs]
     if not dynamics:
-        return StepResult(loss, total, norms, stream, clipped)
+        return StepResult(loss, total, norms, p.stream_norms, clipped)
     ratio = update_ratios(model.params, before, model.cfg.n_layer)  # (L,)
-    return StepResult(loss, total, norms, stream, clipped, ratio, rms(cache.xs[1:]))
+    return StepResult(loss, total, norms, p.stream_norms, clipped, ratio, p.act_rms)
 
 
 def resume_config(out_dir: str, **overrides) -> TrainConfig:
@@ -442,12 +449,14 @@ def resume_config(out_dir: str, **overrides) -> TrainConfig:
     unknown = sorted(set(saved) - fields)
     if unknown:
         raise ValueError(f"checkpoint {path!r} has unknown config fields {unknown}")
-    return TrainConfig(**{**saved, **overrides, "out_dir": out_dir, "resume": True})
+    return TrainConfig(
+        **{**_BEFORE_RECORDED, **saved, **overrides, "out_dir": out_dir, "resume": True}
+    )
 
 
 def _check_resumable(cfg: TrainConfig, saved: dict, path: str) -> None:
-    # a setting the checkpoint does not record is newer than it: it was trained with the default
-    defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
+    # a setting the checkpoint does not record is newer than it: see _BEFORE_RECORDED
+    defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig)} | _BEFORE_RECORDED
     for k, v in dataclasses.asdict(cfg).items():
         was = saved.get(k, defaults[k])
         if k not in RESUMABLE and was != v:
@@ -684,6 +693,7 @@ def train(
     metrics = open(metrics_path, "a", encoding="utf-8")  # closed in the finally below
     dyn = DynamicsWriter(out_dir, L, start, log=say, config=dataclasses.asdict(cfg))  # closed below
     monitor = DynamicsMonitor(say)
+    shards = Shards(cfg.shards)  # its threads stop in the finally below
     last_eval: dict | None = None
     last_norm: float | None = None
     step_seconds, n_steps = 0.0, 0
@@ -729,9 +739,8 @@ def train(
             t0 = time.perf_counter()
             lr = schedule(it)
             x, y = get_batch(corpus.train, cfg.block_size, cfg.batch_size, run.data_rng)  # (B, T)
-            step = train_step(
-                model, run.opt, x, y, lr, cfg.grad_clip, run.dropout_rng, it, dynamics=True
-            )
+            step = train_step(model, run.opt, x, y, lr, cfg.grad_clip, run.dropout_rng, it,
+                              dynamics=True, shards=shards)  # fmt: skip
             loss, last_norm = step.loss, step.grad_norm
             dyn_rec = make_record(L, it, loss, lr, step.grad_norm, step.clipped, step.norms,
                                   step.update_ratio, step.stream_norms, step.act_rms)  # fmt: skip
@@ -762,6 +771,7 @@ def train(
     finally:
         metrics.close()
         dyn.close()
+        shards.close()
         bar.close()
     if last_eval is None:  # resumed a run that was already complete
         last_eval = next(r for r in reversed(records) if r["kind"] == "eval")
