@@ -400,3 +400,19 @@ def test_a_model_with_a_broken_tied_gradient_fails_the_check(monkeypatch):
     rows = model_checks(seed=0, variants=("post-ln",))
     bad = [r for r in rows if not r.passed]
     assert bad and all(r.worst.startswith("wte") for r in bad), [r.row() for r in rows]
+
+
+@pytest.mark.parametrize("variant", ["pre-ln", "post-ln", "deepnorm"])
+def test_a_releasing_backward_gives_the_same_bytes_and_spends_the_cache(variant):
+    m = _model(variant, dtype=np.float32)
+    randomize_params(m.params, np.random.default_rng(3))
+    idx, tgt = _batch(m)
+    g, dxs = m.backward_stream(m.forward(idx, tgt)[2])
+    cache = m.forward(idx, tgt)[2]
+    probs = cache.ce.probs.copy()
+    g2, dxs2 = m.backward_stream(cache, dloss=0.5, release=True)
+    assert all(g2[k].tobytes() == (0.5 * g[k]).tobytes() for k in g)  # 0.5: a power of two
+    assert all(a.tobytes() == (0.5 * b).tobytes() for a, b in zip(dxs2, dxs, strict=True))
+    assert all(c is None for c in cache.blocks) and not np.array_equal(cache.ce.probs, probs)
+    with pytest.raises(ValueError, match="spent by a backward with release=True"):
+        m.backward(cache)

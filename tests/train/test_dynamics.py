@@ -83,9 +83,9 @@ def test_update_ratio_sees_a_frozen_block():
     opt = AdamW(model.params)
     real_step = opt.step
 
-    def step_all_but_block_1(grads, lr=None):
+    def step_all_but_block_1(grads, lr=None, **kw):
         keep = {k: p.copy() for k, p in model.params.items() if k.startswith("blocks.1.")}
-        real_step(grads, lr)
+        real_step(grads, lr, **kw)
         for k, p in keep.items():
             model.params[k][...] = p
 

@@ -151,11 +151,11 @@ def _inject_at_step(monkeypatch, n, fn):
     """Call fn(model_params, grads) inside AdamW.step's n-th call (0-based)."""
     real, calls = AdamW.step, []
 
-    def step(self, grads, lr=None):
+    def step(self, grads, lr=None, **kw):
         if len(calls) == n:
             fn(self.params, grads)
         calls.append(1)
-        return real(self, grads, lr)
+        return real(self, grads, lr, **kw)
 
     monkeypatch.setattr(AdamW, "step", step)
 
@@ -179,8 +179,8 @@ def test_inf_gradient_stops_before_the_update(tmp_path, text_file, monkeypatch):
     real = GPT.backward_stream
     calls = []
 
-    def backward_stream(self, cache, dlogits=None, dloss=1.0):
-        grads, dxs = real(self, cache, dlogits, dloss)
+    def backward_stream(self, cache, dlogits=None, dloss=1.0, **kw):
+        grads, dxs = real(self, cache, dlogits, dloss, **kw)
         calls.append(1)
         if len(calls) == cfg.shards + 1:  # a shard of step 1 (each shard is one call)
             grads["blocks.0.attn.w_qkv"][1, 2] = np.inf
@@ -351,11 +351,11 @@ def test_every_training_step_is_clipped(tmp_path, text_file, monkeypatch):
     # skipped clip: look at the gradients the optimizer is given instead
     seen, real = [], AdamW.step
 
-    def step(self, grads, lr=None):
+    def step(self, grads, lr=None, **kw):
         seen.append(
             math.sqrt(sum(float(np.sum(g.astype(np.float64) ** 2)) for g in grads.values()))
         )
-        return real(self, grads, lr)
+        return real(self, grads, lr, **kw)
 
     monkeypatch.setattr(AdamW, "step", step)
     res = train(_cfg(tmp_path, "clip", text_file, max_iters=4, grad_clip=0.01), progress=False)

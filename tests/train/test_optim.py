@@ -231,3 +231,28 @@ def test_adamw_first_step_worked_by_hand():
     np.testing.assert_allclose(p["b"], [3.0 + 0.01 * 2 / (2 + 1e-8)], rtol=1e-15)
     np.testing.assert_allclose(opt.m["w"].ravel(), [0.2 * 4.0, 0.2 * -0.5], rtol=1e-15)
     np.testing.assert_allclose(opt.v["w"].ravel(), [0.05 * 16.0, 0.05 * 0.25], rtol=1e-15)
+
+
+@pytest.mark.parametrize("parts", [2, 3, 7])
+def test_adamw_in_parts_on_threads_is_bit_identical(parts):
+    from concurrent.futures import ThreadPoolExecutor
+
+    rng = np.random.default_rng(0)
+    shapes = {"w": (37, 11), "b": (11,), "one": (1,), "tiny": (2,), "big": (300, 64)}
+    init = {k: rng.standard_normal(s).astype(np.float32) for k, s in shapes.items()}
+    init["f"] = np.asfortranarray(rng.standard_normal((5, 6)).astype(np.float32))  # no flat view
+    runs = []
+    with ThreadPoolExecutor(parts) as pool:
+        for kw in ({}, {"pool": pool, "parts": parts}):
+            params = {k: a.copy(order="K") for k, a in init.items()}
+            opt = AdamW(params, AdamWConfig(lr=1e-2, weight_decay=0.1))
+            for step in range(3):
+                g_rng = np.random.default_rng(step)  # the same gradients in both runs
+                grads = {k: g_rng.standard_normal(a.shape).astype(np.float32)
+                         for k, a in init.items()}  # fmt: skip
+                opt.step(grads, **kw)
+            runs.append(params)
+    assert not params["f"].flags.c_contiguous
+    for k in init:
+        assert not np.array_equal(runs[1][k], init[k]), k  # every part was updated
+        assert runs[0][k].tobytes() == runs[1][k].tobytes(), k

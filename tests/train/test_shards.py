@@ -42,6 +42,8 @@ def test_shards_equal_the_whole_batch_in_float64(variant, n):
         assert err < 1e-12, (k, err)
     np.testing.assert_allclose(p.stream_norms, stream, rtol=1e-13)
     np.testing.assert_allclose(p.act_rms, act, rtol=1e-13)
+    with Shards(n, threads=2) as shards:  # evaluation: the forward alone
+        assert shards.loss(model, x, y) == pytest.approx(model.forward(x, y)[1], rel=1e-14)
 
 
 def test_one_shard_is_the_plain_pass_bit_for_bit():
@@ -50,6 +52,7 @@ def test_one_shard_is_the_plain_pass_bit_for_bit():
     loss, grads, stream, act = _whole(model, x, y)
     p = Shards(1).forward_backward(model, x, y)
     assert p.loss == loss and p.stream_norms == stream and p.act_rms == act
+    assert Shards(1).loss(model, x, y) == model.forward(x, y)[1]
     assert all(np.array_equal(p.grads[k], g) for k, g in grads.items())
 
 
@@ -62,6 +65,7 @@ def test_the_result_depends_on_the_shards_never_on_the_threads():
     x, y = _batch(6)
     with Shards(3, threads=1) as one, Shards(3, threads=3) as three:
         a, b, c = (s.forward_backward(model, x, y) for s in (one, three, three))
+        assert one.loss(model, x, y) == three.loss(model, x, y)
     assert one.workers == 1 and three.workers == 3
     assert _bytes(a) == _bytes(b) == _bytes(c)  # the same bytes, however many threads
     with Shards(2) as two:
@@ -106,10 +110,9 @@ def test_a_bad_shard_count_is_named(bad):
 def _tiny(tmp_path, **kw):
     text = tmp_path / "t.txt"
     text.write_text("the quick brown fox jumps over the lazy dog. " * 40)
-    return TrainConfig(n_layer=1, n_head=2, n_embd=8, block_size=8, batch_size=4,
-                       max_iters=4, eval_interval=2, eval_iters=1, warmup_iters=0,
-                       lr_decay_iters=4, data=str(text), out_dir=str(tmp_path / "run"),
-                       **kw)  # fmt: skip
+    base = dict(n_layer=1, n_head=2, n_embd=8, block_size=8, batch_size=4, max_iters=4,
+                eval_interval=2, eval_iters=1, warmup_iters=0, lr_decay_iters=4)  # fmt: skip
+    return TrainConfig(**{**base, **kw}, data=str(text), out_dir=str(tmp_path / "run"))
 
 
 def test_a_run_recorded_before_shards_resumes_unsharded(tmp_path):
@@ -122,3 +125,17 @@ def test_a_run_recorded_before_shards_resumes_unsharded(tmp_path):
     assert resume_config(cfg.out_dir).shards == 1  # it was trained unsharded
     with pytest.raises(ValueError, match="shards is 2 but the checkpoint was trained with 1"):
         train(TrainConfig(**{**cfg.__dict__, "shards": 2, "resume": True}), progress=False)
+
+
+def test_evaluation_in_shards_is_the_mean_loss_of_the_same_batches(tmp_path):
+    from resgrad.train.data import load_corpus
+    from resgrad.train.loop import estimate_loss
+
+    cfg = _tiny(tmp_path, eval_iters=3, batch_size=5)
+    corpus = load_corpus(cfg.data, cfg.block_size)
+    model = GPT(cfg.gpt_config(corpus.tokenizer.vocab_size), seed=0, dtype=np.float64)
+    plain = estimate_loss(model, corpus, cfg)
+    with Shards(2) as shards:
+        sharded = estimate_loss(model, corpus, cfg, shards)
+    for split in ("train", "val"):
+        assert sharded[split] == pytest.approx(plain[split], rel=1e-14), split

@@ -796,18 +796,21 @@ def cross_entropy_forward(
     return loss, CrossEntropyCache(probs, safe, valid, n_valid)
 
 
-def cross_entropy_backward(dloss: float, cache: CrossEntropyCache) -> np.ndarray:
+def cross_entropy_backward(
+    dloss: float, cache: CrossEntropyCache, *, out: np.ndarray | None = None
+) -> np.ndarray:
     """Backward of :func:`cross_entropy_forward`: returns dlogits, (B, T, V).
 
     ``dlogits = dloss * (softmax(logits) - onehot(targets)) / n_valid`` at valid
-    positions, 0 at ignored ones.
+    positions, 0 at ignored ones. ``out`` (B, T, V) receives dlogits instead of a
+    fresh array; it may be ``cache.probs`` itself, which spends the cache.
     """
     probs, targets, valid, n_valid = cache
     f = probs.dtype.type
     # 6) loss = sum(nll * valid) / n_valid  ->  dnll = dloss * valid / n_valid
     dnll = valid * f(float(dloss) / max(n_valid, 1))  # (B, T)
     # 5)-1) nll = logsumexp(logits) - logits[target]  ->  dlogits = dnll * (probs - onehot)
-    dlogits = probs * dnll[..., None]  # (B, T, V)
+    dlogits = np.multiply(probs, dnll[..., None], out=out)  # (B, T, V)
     b, t = np.indices(targets.shape)  # 2 x (B, T)
     dlogits[b, t, targets] -= dnll  # (B, T) subtract at each target column
     return dlogits

@@ -117,7 +117,7 @@ def resgrad_step_fn(
 
     def step() -> float:
         p = sharded.forward_backward(model, idx, targets)
-        opt.step(p.grads)
+        opt.step(p.grads, pool=sharded.pool, parts=sharded.workers)
         return p.loss
 
     return model, step

@@ -292,20 +292,23 @@ def layer_grad_norms(grads: dict[str, float], n_layer: int) -> list[float]:
     return per_block_norms(grads, n_layer)[""].tolist()
 
 
-def estimate_loss(model: GPT, corpus: Corpus, cfg: TrainConfig) -> dict[str, float]:
+def estimate_loss(
+    model: GPT, corpus: Corpus, cfg: TrainConfig, shards: Shards | None = None
+) -> dict[str, float]:
     """Mean loss over ``eval_iters`` batches of each split, dropout off.
 
     The batches come from a generator seeded afresh from ``cfg.seed``: the same
     batches at every evaluation, and no draw from the training generators.
+    ``shards`` computes each batch's loss as shards on threads (default: one).
     """
+    shards = shards or Shards(1)
     rng = np.random.default_rng([cfg.seed, _SEED_EVAL])
     out = {}
     for split, data in (("train", corpus.train), ("val", corpus.val)):
         losses = []
         for _ in range(cfg.eval_iters):
-            x, y = get_batch(data, cfg.block_size, cfg.batch_size, rng)  # (B, T), (B, T)
-            _, loss, _ = model.forward(x, y)
-            losses.append(loss)
+            x, y = get_batch(data, cfg.block_size, cfg.batch_size, rng)  # (B, T)
+            losses.append(shards.loss(model, x, y))
         out[split] = float(np.mean(losses))
     return out
 
@@ -402,7 +405,8 @@ def train_step(
         message names iteration ``it`` and the first parameter affected.
     """
     # 1)-2) loss, gradients and dL/dx_i at each block; overflow is caught below, by name
-    p = (shards or Shards(1)).forward_backward(model, x, y, rng)
+    shards = shards or Shards(1)
+    p = shards.forward_backward(model, x, y, rng)
     loss, grads = p.loss, p.grads
     if not math.isfinite(loss):
         bad = _describe_nonfinite(model.params)
@@ -422,7 +426,7 @@ def train_step(
     total = clip_grad_norm(grads, grad_clip, norms)  # 4) global norm <= grad_clip
     clipped = grad_clip > 0 and grad_clip / (total + 1e-6) < 1.0  # clip_grad_norm's test
     before = snapshot_blocks(model.params) if dynamics else None
-    opt.step(grads, lr=lr)  # 5) AdamW, in place
+    opt.step(grads, lr=lr, pool=shards.pool, parts=shards.workers)  # 5) AdamW, in place
     if not dynamics:
         return StepResult(loss, total, norms, p.stream_norms, clipped)
     ratio = update_ratios(model.params, before, model.cfg.n_layer)  # (L,)
@@ -705,7 +709,7 @@ def train(
                 cfg.resume and it == start and evaluated
             ):
                 with np.errstate(all="ignore"):
-                    losses = estimate_loss(model, corpus, cfg)
+                    losses = estimate_loss(model, corpus, cfg, shards)
                 if not all(math.isfinite(v) for v in losses.values()):
                     bad = _describe_nonfinite(model.params) or "none"
                     raise TrainingDiverged(

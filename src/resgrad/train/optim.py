@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from concurrent.futures import Executor
 from dataclasses import dataclass
 
 import numpy as np
@@ -69,20 +70,29 @@ class AdamW:
         self.cfg = cfg if cfg is not None else AdamWConfig()
         self.params = params
         self.step_count = 0
-        self.m = {k: np.zeros_like(p) for k, p in params.items()}
-        self.v = {k: np.zeros_like(p) for k, p in params.items()}
+        self.m = {k: np.zeros(p.shape, p.dtype) for k, p in params.items()}  # C order
+        self.v = {k: np.zeros(p.shape, p.dtype) for k, p in params.items()}
         self.decay = {k: p.ndim >= 2 for k, p in params.items()}
-        # one scratch array per dtype, as long as the largest parameter: step() builds its
-        # temporaries in views of it instead of allocating ~6 fresh arrays per parameter
+        # scratch per part and dtype, as long as the largest parameter's part: step() builds
+        # its temporaries in views of it instead of allocating ~6 fresh arrays per parameter
         # (medium, 10.8M parameters: 21.1 -> 18.4 ms per step)
-        sizes: dict[np.dtype, int] = {}
-        for p in params.values():
-            sizes[p.dtype] = max(sizes.get(p.dtype, 0), p.size)
-        self._scratch = {dt: np.empty(n, dtype=dt) for dt, n in sizes.items()}
+        self._scratch: dict[int, list[dict[np.dtype, np.ndarray]]] = {}
 
-    def step(self, grads: Mapping[str, np.ndarray], lr: float | None = None) -> None:
+    def step(
+        self,
+        grads: Mapping[str, np.ndarray],
+        lr: float | None = None,
+        *,
+        pool: Executor | None = None,
+        parts: int = 1,
+    ) -> None:
         """Update every parameter in place from ``grads`` (same keys), at ``lr``
-        (the config's when None)."""
+        (the config's when None).
+
+        With a thread ``pool``, every parameter is cut into ``parts`` flat slices and
+        part j of each is updated on a thread of its own (NumPy releases the GIL). The
+        update is elementwise, so the result is the same, bit for bit, for any ``parts``.
+        """
         if grads.keys() != self.params.keys():
             missing = sorted(self.params.keys() - grads.keys())
             extra = sorted(grads.keys() - self.params.keys())
@@ -95,9 +105,43 @@ class AdamW:
         t = self.step_count
         step_size = lr / (1 - c.beta1**t)  # lr / bias correction of m
         bc2_sqrt = math.sqrt(1 - c.beta2**t)  # sqrt of the bias correction of v
-        for k, p in self.params.items():
-            g, m, v = grads[k], self.m[k], self.v[k]
-            tmp = self._scratch[p.dtype][: p.size].reshape(p.shape)  # scratch, p's shape
+        parts = parts if pool is not None else 1
+        scratch = self._scratch_for(parts)
+        if parts == 1:
+            self._update(grads, lr, step_size, bc2_sqrt, 0, 1, scratch[0])
+        else:
+            done = pool.map(
+                lambda j: self._update(grads, lr, step_size, bc2_sqrt, j, parts, scratch[j]),
+                range(parts),
+            )
+            list(done)  # waits, and raises what a part raised
+
+    def _scratch_for(self, parts: int) -> list[dict[np.dtype, np.ndarray]]:
+        if parts not in self._scratch:
+            sizes: dict[np.dtype, int] = {}
+            for p in self.params.values():
+                sizes[p.dtype] = max(sizes.get(p.dtype, 0), -(-p.size // parts))
+            self._scratch[parts] = [
+                {dt: np.empty(n, dtype=dt) for dt, n in sizes.items()} for _ in range(parts)
+            ]
+        return self._scratch[parts]
+
+    def _update(self, grads, lr, step_size, bc2_sqrt, part, parts, scratch) -> None:
+        """The AdamW step on slice ``part`` of ``parts`` of every parameter, flattened."""
+        c = self.cfg
+        for k, p_all in self.params.items():
+            n = p_all.size
+            a, b = n * part // parts, n * (part + 1) // parts  # this part's flat range
+            if not p_all.flags.c_contiguous:  # no flat view to write through: part 0 takes all
+                if part:
+                    continue
+                p, g, m, v = p_all, grads[k], self.m[k], self.v[k]
+                tmp = scratch[p.dtype][:n].reshape(p.shape)
+            elif a == b:
+                continue
+            else:
+                p, g, m, v = (x.reshape(-1)[a:b] for x in (p_all, grads[k], self.m[k], self.v[k]))
+                tmp = scratch[p.dtype][: b - a]  # (b - a,)
             if self.decay[k]:
                 p *= 1 - lr * c.weight_decay  # decoupled decay, before the Adam step
             # the same operations, in the same order, as m += (1 - beta1) * (g - m) etc.
@@ -139,7 +183,7 @@ class AdamW:
                         f"optimizer state {s}.{k} has shape {a.shape} {a.dtype}, "
                         f"expected {p.shape} {p.dtype}"
                     )
-                buf[k] = np.array(a, copy=True)
+                buf[k] = np.array(a, copy=True, order="C")
         self.step_count = int(state["step"])
 
 

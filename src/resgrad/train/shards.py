@@ -69,8 +69,11 @@ def shard_rows(B: int, shards: int) -> list[slice]:
 def _pass(model: GPT, x: np.ndarray, y: np.ndarray, dloss: float, rng) -> tuple:
     """Forward and backward of one shard: its loss, gradients, dL/dx_i and block outputs."""
     with np.errstate(all="ignore"):  # per thread; the caller finds a NaN by name
-        _, loss, cache = model.forward(x, y, train=True, rng=rng)  # 1) (B_s, T) -> L_s
-        grads, dxs = model.backward_stream(cache, dloss=dloss)  # 2) (n_s / N) dL_s/dtheta
+        # 1) (B_s, T) -> L_s; the logits are not kept: the backward starts from the cache,
+        # and (B_s, T, V) floats are 103 MB a shard at GPT-2's vocabulary and T=256, B=4
+        loss, cache = model.forward(x, y, train=True, rng=rng)[1:]
+        # 2) (n_s / N) dL_s/dtheta, freeing the activations as the backward passes them
+        grads, dxs = model.backward_stream(cache, dloss=dloss, release=True)
     return loss, grads, dxs, cache.xs[1:]
 
 
@@ -144,26 +147,48 @@ class Shards:
         # the loss is the mean over B*T targets: shard s holds n_s / N = rows_s / B of them
         jobs = [(model, x[r], y[r], (r.stop - r.start) / B, g) for r, g in zip(rows, rngs)]
         if self._pool is None:  # one thread: the shards in turn, BLAS as it is
-            parts = [_pass(*job) for job in jobs]
-        else:
-            with self._blas.limit(limits=self.blas_threads):
-                parts = list(self._pool.map(lambda job: _pass(*job), jobs))
-        with np.errstate(all="ignore"):  # a diverged step: the caller names the NaN
-            # L = sum_s (n_s / N) L_s
-            loss = sum(float(l_s) * job[3] for (l_s, *_), job in zip(parts, jobs))
-            # dL/dtheta = sum_s (n_s / N) dL_s/dtheta: each shard's backward carries its weight;
-            # added in shard order, so the bytes never depend on which thread finished first
-            grads = parts[0][1]
-            for _, g, _, _ in parts[1:]:
-                for k, a in g.items():
-                    grads[k] += a  # (shape of params[k])
-            # shards hold disjoint rows of dL/dx_i and of each block's output: squares add
-            stream = [
-                math.hypot(*(np.linalg.norm(p[2][i]) for p in parts))
-                for i in range(len(parts[0][2]))
-            ]
-            act = [
-                math.sqrt(sum(_sum_sq(p[3][i]) for p in parts) / sum(p[3][i].size for p in parts))
-                for i in range(len(parts[0][3]))
-            ]
-        return Pass(float(loss), grads, stream, act)
+            return _combine([_pass(*job) for job in jobs], jobs)
+        # one BLAS thread per shard, also while combining: BLAS's own workers stay asleep
+        with self._blas.limit(limits=self.blas_threads):
+            return _combine(list(self._pool.map(lambda job: _pass(*job), jobs)), jobs)
+
+    def loss(self, model: GPT, x: np.ndarray, y: np.ndarray) -> float:
+        """The batch's mean loss in eval mode (no dropout), from the shards' forward passes."""
+        B = x.shape[0]
+        rows = shard_rows(B, self.n)
+
+        def shard_loss(r: slice) -> float:
+            with np.errstate(all="ignore"):  # a non-finite loss is the caller's to report
+                return float(model.forward(x[r], y[r])[1]) * ((r.stop - r.start) / B)
+
+        if self._pool is None:
+            return sum(shard_loss(r) for r in rows)  # one shard: 1.0 * the plain loss
+        with self._blas.limit(limits=self.blas_threads):
+            return sum(self._pool.map(shard_loss, rows))  # in shard order
+
+    @property
+    def pool(self) -> ThreadPoolExecutor | None:
+        """The shards' threads (None with one), for other work split ``workers`` ways."""
+        return self._pool
+
+
+def _combine(parts: list[tuple], jobs: list[tuple]) -> Pass:
+    """The batch's :class:`Pass` from its shards' (see the module docstring)."""
+    with np.errstate(all="ignore"):  # a diverged step: the caller names the NaN
+        # L = sum_s (n_s / N) L_s
+        loss = sum(float(l_s) * job[3] for (l_s, *_), job in zip(parts, jobs))
+        # dL/dtheta = sum_s (n_s / N) dL_s/dtheta: each shard's backward carries its weight;
+        # added in shard order, so the bytes never depend on which thread finished first
+        grads = parts[0][1]
+        for _, g, _, _ in parts[1:]:
+            for k, a in g.items():
+                grads[k] += a  # (shape of params[k])
+        # shards hold disjoint rows of dL/dx_i and of each block's output: squares add
+        stream = [
+            math.hypot(*(np.linalg.norm(p[2][i]) for p in parts)) for i in range(len(parts[0][2]))
+        ]
+        act = [
+            math.sqrt(sum(_sum_sq(p[3][i]) for p in parts) / sum(p[3][i].size for p in parts))
+            for i in range(len(parts[0][3]))
+        ]
+    return Pass(float(loss), grads, stream, act)
