@@ -22,7 +22,7 @@ batch's stream gradient norm is ``sqrt(sum_s ||dL/dx_i||_s^2)``.
 
 What it changes: the sum over the batch inside each weight gradient is taken
 in another order, so the gradients equal the unsharded ones up to float
-rounding (1e-15 relative in float64: ``tests/train/test_shards.py``), not bit
+rounding (within 1e-12 relative in float64: ``tests/train/test_shards.py``), not bit
 for bit. The result depends on the shard count, never on the number of threads
 computing it: shards are added in a fixed order, and each shard's dropout
 masks come from its own generator, seeded from the run's in order. That is why
