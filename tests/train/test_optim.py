@@ -241,6 +241,7 @@ def test_adamw_in_parts_on_threads_is_bit_identical(parts):
     shapes = {"w": (37, 11), "b": (11,), "one": (1,), "tiny": (2,), "big": (300, 64)}
     init = {k: rng.standard_normal(s).astype(np.float32) for k, s in shapes.items()}
     init["f"] = np.asfortranarray(rng.standard_normal((5, 6)).astype(np.float32))  # no flat view
+    init["F"] = np.asfortranarray(rng.standard_normal((400, 64)).astype(np.float32))  # largest
     runs = []
     with ThreadPoolExecutor(parts) as pool:
         for kw in ({}, {"pool": pool, "parts": parts}):

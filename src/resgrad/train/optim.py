@@ -117,10 +117,13 @@ class AdamW:
             list(done)  # waits, and raises what a part raised
 
     def _scratch_for(self, parts: int) -> list[dict[np.dtype, np.ndarray]]:
-        if parts not in self._scratch:
-            sizes: dict[np.dtype, int] = {}
-            for p in self.params.values():
-                sizes[p.dtype] = max(sizes.get(p.dtype, 0), -(-p.size // parts))
+        """``parts`` scratch arrays per dtype, each as long as the largest slice it will hold."""
+        sizes: dict[np.dtype, int] = {}
+        for p in self.params.values():  # a parameter without a flat view is one whole slice
+            n = -(-p.size // parts) if p.flags.c_contiguous else p.size
+            sizes[p.dtype] = max(sizes.get(p.dtype, 0), n)
+        have = self._scratch.get(parts)
+        if have is None or any(have[0][dt].size < n for dt, n in sizes.items()):
             self._scratch[parts] = [
                 {dt: np.empty(n, dtype=dt) for dt, n in sizes.items()} for _ in range(parts)
             ]
