@@ -234,9 +234,13 @@ def test_adamw_first_step_worked_by_hand():
 
 
 @pytest.mark.parametrize("parts", [2, 3, 7])
-def test_adamw_in_parts_on_threads_is_bit_identical(parts):
+def test_adamw_in_parts_on_threads_is_bit_identical(parts, monkeypatch):
     from concurrent.futures import ThreadPoolExecutor
 
+    from resgrad.train import optim
+
+    # slices of >= 1000 elements: "big" is sliced, the small ones go whole to part 0
+    monkeypatch.setattr(optim, "MIN_SLICE", 1000)
     rng = np.random.default_rng(0)
     shapes = {"w": (37, 11), "b": (11,), "one": (1,), "tiny": (2,), "big": (300, 64)}
     init = {k: rng.standard_normal(s).astype(np.float32) for k, s in shapes.items()}
@@ -257,3 +261,20 @@ def test_adamw_in_parts_on_threads_is_bit_identical(parts):
     for k in init:
         assert not np.array_equal(runs[1][k], init[k]), k  # every part was updated
         assert runs[0][k].tobytes() == runs[1][k].tobytes(), k
+
+
+def test_adamw_slices_only_large_parameters_and_a_small_model_stays_on_one_thread():
+    from resgrad.train.optim import MIN_SLICE, _sliced
+
+    big = np.zeros(2 * MIN_SLICE, np.float32)
+    assert _sliced(big, 2) and not _sliced(big, 3) and not _sliced(big, 1)
+    assert not _sliced(np.asfortranarray(big.reshape(2, -1)), 2)  # no flat view
+
+    class Refuses:  # a pool that must not be used
+        def map(self, *a):
+            raise AssertionError("a model with no large parameter went to the threads")
+
+    params = {"w": np.ones((3, 4), np.float32), "b": np.ones(4, np.float32)}
+    AdamW(params, AdamWConfig(lr=0.1)).step({k: np.ones_like(a) for k, a in params.items()},
+                                           pool=Refuses(), parts=2)  # fmt: skip
+    assert (params["b"] < 1).all()
