@@ -37,7 +37,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from bench_train_step import _import_torch, torch_step_fn  # noqa: E402
 
-from resgrad.perf.bench import BENCH_CONFIGS, blas_info, resgrad_step_fn  # noqa: E402
+from resgrad.perf.bench import BENCH_CONFIGS, blas_info, resgrad_stepper  # noqa: E402
 from resgrad.perf.heap import keep_freed_memory  # noqa: E402
 
 KINDS = ("matmul", "attention", "layernorm", "gelu", "cross-entropy", "embedding", "optimizer",
@@ -77,14 +77,14 @@ def torch_kind(op: str) -> str:
 
 
 def resgrad_table(cfg, steps: int) -> dict[str, float]:
-    _, step = resgrad_step_fn(cfg, shards=1)  # cProfile sees one thread: the plain pass
-    for _ in range(2):
-        step()
-    prof = cProfile.Profile()
-    prof.enable()
-    for _ in range(steps):
-        step()
-    prof.disable()
+    with resgrad_stepper(cfg, shards=1) as (_, step):  # cProfile sees one thread: plain pass
+        for _ in range(2):
+            step()
+        prof = cProfile.Profile()
+        prof.enable()
+        for _ in range(steps):
+            step()
+        prof.disable()
     out: dict[str, float] = defaultdict(float)
     for (_, _, func), (_, _, tottime, _, _) in pstats.Stats(prof).stats.items():
         out[RESGRAD_KIND.get(func, "other")] += 1e3 * tottime / steps

@@ -45,7 +45,7 @@ from resgrad.perf.bench import (
     peak_memory_mib,
     resgrad_figures,
     resgrad_probe_argv,
-    resgrad_step_fn,
+    resgrad_stepper,
     settle,
     time_steps,
 )
@@ -136,8 +136,14 @@ def torch_child(name: str, steps: int = 3) -> None:
 def bench_config(cfg: BenchConfig, steps: int, peak: float) -> dict:
     if torch is None:
         return resgrad_figures(cfg, steps, peak)
-    model, r_step = resgrad_step_fn(cfg)  # the trainer's step: DEFAULT_SHARDS on threads
-    _, p_step = resgrad_step_fn(cfg, shards=1)  # the plain pass, one shard
+    with (
+        resgrad_stepper(cfg) as (model, r_step),  # the trainer's step: DEFAULT_SHARDS on threads
+        resgrad_stepper(cfg, shards=1) as (_, p_step),  # the plain pass, one shard
+    ):
+        return _side_by_side(cfg, steps, peak, model, r_step, p_step)
+
+
+def _side_by_side(cfg: BenchConfig, steps: int, peak: float, model, r_step, p_step) -> dict:
     flops = model.flops_per_step(cfg.batch_size, cfg.block_size)
     row = {"config": cfg.name, "params": model.num_params(), "flops_per_step": flops}
     t_model, t_step = torch_step_fn(cfg)
@@ -203,7 +209,10 @@ def main() -> None:
     names = ALL_CONFIGS if args.config == "all" else [args.config]
     rows = []
     for name in names:
+        settle()
+        peak = max(peak, matmul_peak_gflops())  # the best reading so far: see its docstring
         rows.append(bench_config(BENCH_CONFIGS[name], args.steps, peak))
+        rows[-1]["peak_gflops"] = peak
         print(format_row(rows[-1]))
     if args.json:
         with open(args.json, "w") as f:
