@@ -68,7 +68,9 @@ def test_two_trainings_into_one_directory_the_second_fails_at_once(tmp_path, tex
     first = start("train", "--out-dir", out, "--data", text, *TINY, "--max-iters", 10**6,
                   "--eval-interval", 10**6, "--seed", 1)  # fmt: skip
     try:
-        wait_for(out / ".resgrad.lock.info", out / "last.ckpt", proc=first)  # it holds the lock
+        # it holds the lock, and its first evaluation's writes are done (loss.png comes last):
+        # killed during one, it would leave a second temporary beside the one made below
+        wait_for(out / ".resgrad.lock.info", out / "last.ckpt", out / "loss.png", proc=first)
         second = resgrad("train", "--out-dir", out, "--data", text, *TINY, "--max-iters", 5,
                          "--seed", 2)  # fmt: skip
         line = one_error_line(second, repr(str(out)), f"pid {first.pid}", "in use")
@@ -289,3 +291,11 @@ def test_sweep_of_deep_points_prints_no_memory_leak_warning(tmp_path):
                 timeout=300)  # fmt: skip
     assert p.returncode == 0, p.stderr
     assert "memory leak" not in p.stderr and "worker stopped" not in p.stderr, p.stderr
+
+
+def test_a_reader_that_leaves_ends_the_command_quietly():
+    # `resgrad depth | head -1`: the pipe is closed before the command writes a byte
+    p = start("depth")
+    p.stdout.close()
+    err = p.stderr.read()
+    assert p.wait(timeout=120) == 0 and err == "", err

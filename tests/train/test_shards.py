@@ -56,6 +56,17 @@ def test_one_shard_is_the_plain_pass_bit_for_bit():
     assert all(np.array_equal(p.grads[k], g) for k, g in grads.items())
 
 
+def test_without_act_rms_the_pass_skips_it_and_nothing_else_changes():
+    model = GPT(CFG, seed=2, dtype=np.float32)
+    x, y = _batch(4)
+    with Shards(2, threads=2) as shards:
+        full = shards.forward_backward(model, x, y)
+        bare = shards.forward_backward(model, x, y, act_rms=False)
+    assert len(full.act_rms) == CFG.n_layer and bare.act_rms == []
+    assert (bare.loss, bare.stream_norms) == (full.loss, full.stream_norms)
+    assert all(np.array_equal(bare.grads[k], g) for k, g in full.grads.items())
+
+
 def _bytes(p):
     return (p.loss, p.stream_norms, p.act_rms, [a.tobytes() for a in p.grads.values()])
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import sys
 
 from resgrad.cli import (
@@ -64,6 +65,13 @@ def _threads(n: int | None):
     return threadpool_limits(limits=n)
 
 
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's last flush into the closed pipe is silent."""
+    with contextlib.suppress(OSError, ValueError):  # stdout may be no file at all (tests)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -71,7 +79,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with _threads(getattr(args, "threads", None)):
             return int(args.func(args) or 0)
-    except (ValueError, OSError) as e:
+    except BrokenPipeError:  # the reader left (`resgrad sample ... | head`): a quiet end
+        _quiet_stdout()
+        return 0
+    except (ValueError, OSError) as e:  # after BrokenPipeError, one of the OSErrors
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
         print(f"resgrad {args.command}: error: {msg}", file=sys.stderr)
         return 2
@@ -84,8 +95,6 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"resgrad {args.command}: interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:  # e.g. `resgrad depth | head -1`
-        return 0
 
 
 if __name__ == "__main__":

@@ -57,6 +57,7 @@ __all__ = [
     "record_dtype",
     "rms",
     "snapshot_blocks",
+    "sum_sq",
     "update_ratios",
 ]
 
@@ -159,9 +160,14 @@ def update_ratios(
         return np.sqrt(dw2) / np.sqrt(w2)  # (L,); a block of all-zero weights: inf or nan
 
 
+def sum_sq(a: np.ndarray) -> float:
+    """sum(a^2) as one BLAS dot, accumulated in a's dtype (float32 for a float32 model)."""
+    return float(np.dot(a.ravel(), a.ravel()))
+
+
 def rms(xs: Sequence[np.ndarray]) -> list[float]:
-    """sqrt(mean(x^2)) of each array, accumulated in float64."""
-    return [math.sqrt(float(np.dot(x.ravel(), x.ravel())) / x.size) for x in xs]
+    """sqrt(mean(x^2)) of each array (:func:`sum_sq` / its size)."""
+    return [math.sqrt(sum_sq(x) / x.size) for x in xs]
 
 
 class DynamicsWriter:

@@ -406,7 +406,7 @@ def train_step(
     """
     # 1)-2) loss, gradients and dL/dx_i at each block; overflow is caught below, by name
     shards = shards or Shards(1)
-    p = shards.forward_backward(model, x, y, rng)
+    p = shards.forward_backward(model, x, y, rng, act_rms=dynamics)
     loss, grads = p.loss, p.grads
     if not math.isfinite(loss):
         bad = _describe_nonfinite(model.params)

@@ -43,6 +43,7 @@ import numpy as np
 from threadpoolctl import ThreadpoolController
 
 from resgrad.nn.model import GPT
+from resgrad.train.dynamics import sum_sq
 
 __all__ = ["DEFAULT_SHARDS", "Pass", "Shards", "shard_rows"]
 
@@ -56,7 +57,7 @@ class Pass:
     loss: float  # the batch's mean loss
     grads: dict[str, np.ndarray]  # dL/dtheta for every parameter, named as model.params
     stream_norms: list[float]  # L + 1 norms of dL/dx_i, the residual stream at block inputs
-    act_rms: list[float]  # L RMS of each block's output over the whole batch
+    act_rms: list[float]  # L RMS of each block's output over the whole batch ([]: not asked)
 
 
 def shard_rows(B: int, shards: int) -> list[slice]:
@@ -75,10 +76,6 @@ def _pass(model: GPT, x: np.ndarray, y: np.ndarray, dloss: float, rng) -> tuple:
         # 2) (n_s / N) dL_s/dtheta, freeing the activations as the backward passes them
         grads, dxs = model.backward_stream(cache, dloss=dloss, release=True)
     return loss, grads, dxs, cache.xs[1:]
-
-
-def _sum_sq(a: np.ndarray) -> float:
-    return float(np.dot(a.ravel(), a.ravel()))  # sum of squares, one BLAS dot
 
 
 class Shards:
@@ -128,6 +125,8 @@ class Shards:
         x: np.ndarray,
         y: np.ndarray,
         rng: np.random.Generator | None = None,
+        *,
+        act_rms: bool = True,
     ) -> Pass:
         """The batch's loss and gradients, from the shards' (see the module docstring).
 
@@ -138,6 +137,8 @@ class Shards:
         rng : numpy.random.Generator, optional
             The dropout masks' generator (needed when the model has dropout). With
             more than one shard, each shard's generator is seeded from it in order.
+        act_rms : bool
+            Whether to measure each block output's RMS (the dynamics' L dots; False: []).
         """
         B = x.shape[0]
         rows = shard_rows(B, self.n)
@@ -147,10 +148,10 @@ class Shards:
         # the loss is the mean over B*T targets: shard s holds n_s / N = rows_s / B of them
         jobs = [(model, x[r], y[r], (r.stop - r.start) / B, g) for r, g in zip(rows, rngs)]
         if self._pool is None:  # one thread: the shards in turn, BLAS as it is
-            return _combine([_pass(*job) for job in jobs], jobs)
+            return _combine([_pass(*job) for job in jobs], jobs, act_rms)
         # one BLAS thread per shard, also while combining: BLAS's own workers stay asleep
         with self._blas.limit(limits=self.blas_threads):
-            return _combine(list(self._pool.map(lambda job: _pass(*job), jobs)), jobs)
+            return _combine(list(self._pool.map(lambda job: _pass(*job), jobs)), jobs, act_rms)
 
     def loss(self, model: GPT, x: np.ndarray, y: np.ndarray) -> float:
         """The batch's mean loss in eval mode (no dropout), from the shards' forward passes."""
@@ -172,7 +173,7 @@ class Shards:
         return self._pool
 
 
-def _combine(parts: list[tuple], jobs: list[tuple]) -> Pass:
+def _combine(parts: list[tuple], jobs: list[tuple], act_rms: bool) -> Pass:
     """The batch's :class:`Pass` from its shards' (see the module docstring)."""
     with np.errstate(all="ignore"):  # a diverged step: the caller names the NaN
         # L = sum_s (n_s / N) L_s
@@ -188,7 +189,7 @@ def _combine(parts: list[tuple], jobs: list[tuple]) -> Pass:
             math.hypot(*(np.linalg.norm(p[2][i]) for p in parts)) for i in range(len(parts[0][2]))
         ]
         act = [
-            math.sqrt(sum(_sum_sq(p[3][i]) for p in parts) / sum(p[3][i].size for p in parts))
-            for i in range(len(parts[0][3]))
+            math.sqrt(sum(sum_sq(p[3][i]) for p in parts) / sum(p[3][i].size for p in parts))
+            for i in range(len(parts[0][3]) if act_rms else 0)
         ]
     return Pass(float(loss), grads, stream, act)
