@@ -15,6 +15,7 @@ from resgrad.formats.checkpoint import load_checkpoint
 from resgrad.formats.hf import export_hf, load_hf
 from resgrad.nn.model import GPT, GPTConfig
 from resgrad.train.bpe import train_bpe
+from resgrad.train.loop import TrainConfig
 from resgrad.train.pretrained import load_pretrained, sample_pretrained
 from resgrad.train.sample import generate, load_model
 from resgrad.verify.selfcheck import randomize_params
@@ -198,3 +199,16 @@ def test_init_from_fine_tunes_a_pretrained_model(gpt2_dir, text_file, tmp_path, 
     big = ["train", "--init-from", gpt2_dir, "--block-size", "64", "--data", text_file,
            "--out-dir", str(tmp_path / "big")]  # fmt: skip
     _one_line_exit_2(capsys, big, "exceeds")
+    # the architecture is the pretrained model's: a flag that would set it is refused, even
+    # one typed at its default value (4 layers), rather than ignored
+    clashes = [
+        (["--n-layer", "4"], "--n-layer"),
+        (["--variant", "post-ln", "--tokenizer", "char"], "--variant, --tokenizer"),
+    ]
+    for flags, named in clashes:
+        arch = ["train", "--init-from", gpt2_dir, *flags, "--data", text_file,
+                "--out-dir", str(tmp_path / "arch")]  # fmt: skip
+        _one_line_exit_2(capsys, arch, f"{named} cannot be combined with --init-from")
+    assert not os.path.exists(tmp_path / "arch")
+    with pytest.raises(ValueError, match="n_embd=64 cannot be combined with init_from"):
+        TrainConfig(init_from=gpt2_dir, n_embd=64)

@@ -11,6 +11,7 @@ from resgrad.nn.blocks import INITS, VARIANTS
 from resgrad.perf import memory
 from resgrad.train.bpe import KINDS
 from resgrad.train.loop import (
+    FROM_PRETRAINED,
     DepthTrainConfig,
     TrainConfig,
     TrainingDiverged,
@@ -177,6 +178,13 @@ def cmd_train(args: argparse.Namespace) -> int:
         for flag, _, _ in TRAIN_FLAGS
         if getattr(args, _field(flag)) is not None
     }
+    clash = [k for k in FROM_PRETRAINED if k in given]  # typed, even at the default value
+    if args.init_from is not None and clash:
+        flags = ", ".join("--" + k.replace("_", "-") for k in clash)
+        raise ValueError(
+            f"{flags} cannot be combined with --init-from {args.init_from!r}: the pretrained "
+            "model brings its own architecture and tokenizer"
+        )
     out_dir = args.out_dir if args.out_dir is not None else TrainConfig().out_dir
     if args.resume:
         cfg = resume_config(out_dir, **given)

@@ -118,6 +118,10 @@ def _float(name, v, lo, hi=math.inf, lo_open=False):
         raise ValueError(f"{name} must be a finite number in {rng}, got {v!r}")
 
 
+# settings a pretrained model (TrainConfig.init_from) brings with it: a run may not set them
+FROM_PRETRAINED = ("n_layer", "n_head", "n_embd", "variant", "init", "tokenizer")
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     """Every setting of a run; the ``resgrad train`` flags map one-to-one onto these fields.
@@ -195,6 +199,15 @@ class TrainConfig:
             not isinstance(self.init_from, str) or not self.init_from
         ):
             raise ValueError(f"init_from must be a model name or path, got {self.init_from!r}")
+        if self.init_from is not None:  # the architecture is the pretrained model's
+            defaults = {f.name: f.default for f in dataclasses.fields(self)}
+            set_ = [f"{k}={getattr(self, k)!r}" for k in FROM_PRETRAINED
+                    if getattr(self, k) != defaults[k]]  # fmt: skip
+            if set_:
+                raise ValueError(
+                    f"{', '.join(set_)} cannot be combined with init_from {self.init_from!r}: "
+                    f"the pretrained model brings its own {', '.join(FROM_PRETRAINED)}"
+                )
         self.gpt_config(vocab_size=1)  # n_head | n_embd, dropout in [0, 1)
         self.schedule()  # lr_decay_iters > warmup_iters
         self.adamw()  # beta1, beta2 < 1
