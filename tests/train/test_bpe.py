@@ -77,3 +77,33 @@ def test_a_tokenizer_larger_than_the_model_is_refused():
 def test_from_json_refuses_garbage():
     with pytest.raises(ValueError, match="not a tokenizer.json"):
         BPETokenizer.from_json("[]")
+
+
+def test_streamed_decoding_prints_whole_characters_never_pieces():
+    # "✓" is 3 UTF-8 bytes, "é" 2: with 4 merges they stay split over byte tokens, and
+    # decoding each token alone gives U+FFFD for every piece
+    tok = train_bpe("héllo wörld ✓ naïve café " * 20 + "plain ascii text " * 50, 260)
+    text = "a ✓ b é"
+    ids = tok.encode(text).tolist()
+    assert len(ids) > len(text)  # some character spans several tokens
+    step = tok.decode_stream()
+    pieces = [step(i) for i in ids]
+    assert "".join(pieces) == text and "\ufffd" not in "".join(pieces)
+    assert "" in pieces  # held back while a character was partial
+    chars = CharTokenizer("ab")
+    step = chars.decode_stream()
+    assert [step(i) for i in (1, 0)] == ["b", "a"]
+
+
+def test_sampling_streams_pieces_that_add_up_to_the_text():
+    from resgrad.nn.model import GPT, GPTConfig
+    from resgrad.train.sample import continue_text
+
+    tok = train_bpe("héllo wörld ✓ naïve café " * 20 + "plain ascii text " * 50, 260)
+    model = GPT(GPTConfig(vocab_size=tok.vocab_size, block_size=16, n_layer=1, n_head=2,
+                          n_embd=16), seed=0)  # fmt: skip
+    start = "café "
+    for seed in range(3):  # random weights: byte tokens, valid UTF-8 or not, and a tail held
+        got = []
+        text = continue_text(model, tok, start, tok.encode(start), 40, 1.0, None, seed, got.append)
+        assert "".join(got) == text and got[0] == start

@@ -14,6 +14,7 @@ Checkpoints record their tokenizer with :func:`tokenizer_record`: ``{"kind": "ch
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -77,6 +78,21 @@ class BPETokenizer:
         if bad.any():
             raise ValueError(f"token id {int(ids[bad][0])} outside [0, {self.vocab_size})")
         return self.tokenizer.decode(ids.tolist(), skip_special_tokens=False)
+
+    def decode_stream(self) -> Callable[[int], str]:
+        """A decoder for ids that arrive one at a time (sampling): each call returns the text
+        the ids so far complete, '' while a character is still partial.
+
+        A byte-level token may hold part of a character's UTF-8 bytes (an emoji, a CJK
+        character, often an accented letter): decoding each token alone would print U+FFFD
+        for each piece. ``tokenizers.decoders.DecodeStream`` holds the bytes back until
+        they form whole characters. Bytes still held at the end are the caller's to flush
+        (:func:`resgrad.train.sample.continue_text` does).
+        """
+        from tokenizers.decoders import DecodeStream
+
+        stream = DecodeStream(skip_special_tokens=False)
+        return lambda i: stream.step(self.tokenizer, int(i)) or ""
 
 
 def train_bpe(text: str, vocab_size: int) -> BPETokenizer:

@@ -22,6 +22,7 @@ import math
 import os
 import stat
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -101,6 +102,10 @@ class CharTokenizer:
         if bad.any():
             raise ValueError(f"token id {int(ids[bad][0])} outside [0, {self.vocab_size})")
         return "".join(self.chars[i] for i in ids.tolist())
+
+    def decode_stream(self) -> Callable[[int], str]:
+        """A decoder for ids that arrive one at a time (sampling): each id is one character."""
+        return lambda i: self.decode([i])
 
 
 def min_length(block_size: int, val_fraction: float = VAL_FRACTION) -> int:

@@ -349,12 +349,22 @@ def continue_text(
 ) -> str:
     """``start`` (token ids ``ids``, (T0,)) plus ``num_tokens`` sampled tokens, as text.
 
-    ``on_text``, if given, receives ``start`` and then each new token's text as it is drawn.
+    ``on_text``, if given, receives ``start`` and then the new text as it is drawn: each
+    token's characters once they are whole (``tok.decode_stream``: a byte-level token
+    may end inside a character), and at the end whatever the decoder still held. The
+    pieces it receives add up to the text returned.
     """
-    stream = None
+    stream, sent = None, []
     if on_text is not None:
         on_text(start)
-        stream = lambda t: on_text(tok.decode(t))  # noqa: E731  (B=1,) -> its text
+        step = tok.decode_stream()
+
+        def stream(t: np.ndarray) -> None:  # (B=1,) the token just drawn
+            piece = step(int(t[0]))
+            if piece:
+                sent.append(piece)
+                on_text(piece)
+
     out = generate(
         model,
         ids[None, :],
@@ -364,4 +374,8 @@ def continue_text(
         top_k,
         on_token=stream,
     )  # (1, T0 + N)
+    if on_text is not None:  # what the stream held back: an unfinished character's bytes
+        new_text, shown = tok.decode(out[0, len(ids) :]), "".join(sent)
+        if new_text.startswith(shown) and len(new_text) > len(shown):
+            on_text(new_text[len(shown) :])
     return tok.decode(out[0])
