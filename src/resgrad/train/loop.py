@@ -768,7 +768,7 @@ def train(
             n_steps += 1
             rec = {
                 "kind": "iter", "iter": it, "loss": loss, "lr": lr, "grad_norm": last_norm,
-                "layer_grad_norms": layer_grad_norms(step.norms, L),
+                "layer_grad_norms": dyn_rec["grad"].tolist(),  # (L,) as in dynamics.bin
                 "stream_grad_norms": step.stream_norms,
                 "ms": 1e3 * dt,
             }  # fmt: skip
