@@ -406,3 +406,33 @@ def test_a_directory_laid_out_as_the_hub_serves_gpt2(tmp_path):
     back = load_hf(d)
     for k in model.params:
         np.testing.assert_array_equal(back.params[k], model.params[k])
+
+
+def test_a_bfloat16_checkpoint_loads_as_its_exact_float32_values(tmp_path):
+    # many hub checkpoints are bfloat16, which NumPy has no type for: each value is
+    # float32's upper half, so it widens exactly
+    from safetensors.numpy import load_file, save_file
+
+    bf, wide = _tiny_dir(tmp_path, "bf16"), _tiny_dir(tmp_path, "wide")
+    f32 = load_file(bf / "model.safetensors")
+    bits = {k: (a.view(np.uint32) >> 16).astype(np.uint16) for k, a in f32.items()}  # bf16
+    # the file format by hand (its writers' APIs differ across safetensors versions):
+    # an 8-byte little-endian header length, the JSON header, the tensors' bytes
+    header, at = {}, 0
+    for k, b in bits.items():
+        header[k] = {"dtype": "BF16", "shape": list(b.shape), "data_offsets": [at, at + b.nbytes]}
+        at += b.nbytes
+    head = json.dumps(header).encode()
+    body = b"".join(b.tobytes() for b in bits.values())
+    (bf / "model.safetensors").write_bytes(len(head).to_bytes(8, "little") + head + body)
+    widened = {k: (b.astype(np.uint32) << 16).view(np.float32) for k, b in bits.items()}
+    save_file(widened, wide / "model.safetensors", metadata={"format": "pt"})
+    got, want = load_hf(bf), load_hf(wide)
+    for k, a in want.params.items():
+        assert got.params[k].dtype == np.float32 and got.params[k].tobytes() == a.tobytes(), k
+    assert not np.array_equal(widened["transformer.wte.weight"], f32["transformer.wte.weight"])
+    # a type resgrad does not read is named, not called corrupt
+    head = json.dumps({"x": {"dtype": "F8_E4M3", "shape": [4], "data_offsets": [0, 4]}}).encode()
+    (bf / "model.safetensors").write_bytes(len(head).to_bytes(8, "little") + head + bytes(4))
+    with pytest.raises(ValueError, match=r"'x' has dtype F8_E4M3, which resgrad does not read"):
+        load_hf(bf)

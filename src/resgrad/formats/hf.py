@@ -180,14 +180,43 @@ def _open_error(path: str, e: Exception) -> ValueError:
     return ValueError(f"{path!r} is not a readable safetensors file (truncated or corrupt?): {msg}")
 
 
+# safetensors dtype -> NumPy's, little-endian (the format's byte order); BF16 is apart
+_ST_DTYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "I64": "<i8", "I32": "<i4",
+              "I16": "<i2", "I8": "i1", "U8": "u1", "BOOL": "?"}  # fmt: skip
+
+
+def _bf16_to_float32(raw: bytes) -> np.ndarray:
+    """bfloat16 is float32's upper 16 bits: widen each by 16 zero bits, exactly."""
+    return (np.frombuffer(raw, dtype="<u2").astype(np.uint32) << 16).view(np.float32)
+
+
 def _read_safetensors(path: str) -> dict[str, np.ndarray]:
-    from safetensors import SafetensorError
+    """Every tensor of one file. bfloat16 ones (Hugging Face's half-precision checkpoints),
+    which NumPy has no type for, are read as float32, exactly; another type NumPy lacks
+    (float8, ...) is a one-line error naming it."""
+    from safetensors import SafetensorError, deserialize, safe_open
     from safetensors.numpy import load_file
 
     try:
-        return load_file(path)
+        with safe_open(path, framework="numpy") as f:
+            dtypes = {f.get_slice(k).get_dtype() for k in f.keys()}
+        if dtypes <= _ST_DTYPES.keys():  # all NumPy types: safetensors reads them itself
+            return load_file(path)
+        with open(path, "rb") as f:
+            tensors = deserialize(f.read())  # [(name, {"dtype", "shape", "data": bytes})]
     except (SafetensorError, OSError, ValueError, TypeError) as e:
         raise _open_error(path, e) from None
+    out = {}
+    for name, t in tensors:
+        if t["dtype"] == "BF16":
+            a = _bf16_to_float32(t["data"])
+        elif t["dtype"] in _ST_DTYPES:
+            a = np.frombuffer(t["data"], dtype=_ST_DTYPES[t["dtype"]])
+        else:
+            raise ValueError(f"{path!r}: tensor {name!r} has dtype {t['dtype']}, which resgrad "
+                             f"does not read (it reads BF16, {', '.join(_ST_DTYPES)})")  # fmt: skip
+        out[name] = a.reshape(t["shape"])
+    return out
 
 
 def read_hf_tensors(path: str | os.PathLike) -> dict[str, np.ndarray]:
