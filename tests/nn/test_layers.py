@@ -471,3 +471,21 @@ def test_attention_keeps_shapes_and_its_input_gradient_checks(B, T, H, D, seed):
         directions=2,
     )
     assert r.passed, r.row()
+
+
+def test_embedding_backward_adds_into_a_given_gradient_only_the_rows_it_touches():
+    # the tied LM head's dwte: the embedding's rows are added into it in place, bit for bit
+    # what adding the embedding's own dense gradient would give
+    rng = np.random.default_rng(0)
+    idx = np.array([[3, 1, 3], [0, 3, 1]])  # (B, T) token 3 thrice, 2 and 4 never
+    wte, wpe = rng.standard_normal((6, 4)), rng.standard_normal((3, 4))
+    dout = rng.standard_normal((2, 3, 4))  # (B, T, C)
+    _, c = L.embedding_forward(idx, wte, wpe)
+    head = rng.standard_normal((6, 4))
+    dense, dwpe = L.embedding_backward(dout, c)
+    into = head.copy()
+    got, dwpe2 = L.embedding_backward(dout, c, dwte=into)
+    assert got is into and got.tobytes() == (head + dense).tobytes()
+    assert dwpe2.tobytes() == dwpe.tobytes()
+    np.testing.assert_array_equal(got[[2, 4, 5]], head[[2, 4, 5]])  # untouched rows
+    np.testing.assert_allclose(dense[3], dout[0, 0] + dout[0, 2] + dout[1, 1], rtol=1e-15)

@@ -379,10 +379,9 @@ class GPT:
         dxs.reverse()  # dxs[i] = dL/dx_i
         # 2) x = dropout(x)
         dx = dropout_backward(dx, cache.drop)  # (B,T,C)
-        # 1) x = wte[idx] + wpe[:T]
-        dwte_emb, grads["wpe"] = embedding_backward(dx, cache.emb)  # (V,C), (block_size,C)
-        # tied: wte is the embedding and the LM head; add both (in place: no third (V, C) array)
-        grads["wte"] = np.add(dwte_emb, dwte_head, out=dwte_head)
+        # 1) x = wte[idx] + wpe[:T]; tied: wte is the embedding and the LM head, so the
+        # embedding's rows are added into the head's gradient (no second (V, C) array)
+        grads["wte"], grads["wpe"] = embedding_backward(dx, cache.emb, dwte=dwte_head)
         return {k: grads[k] for k in self.shapes}, dxs
 
 
