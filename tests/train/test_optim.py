@@ -239,7 +239,8 @@ def test_adamw_in_parts_on_threads_is_bit_identical(parts, monkeypatch):
 
     from resgrad.train import optim
 
-    # slices of >= 1000 elements: "big" is sliced, the small ones go whole to part 0
+    # slices of >= 1000 elements: "big" is sliced, the small ones go whole to part 0; in
+    # the parts, pieces of 1000 elements, where the plain run takes each array whole
     monkeypatch.setattr(optim, "MIN_SLICE", 1000)
     rng = np.random.default_rng(0)
     shapes = {"w": (37, 11), "b": (11,), "one": (1,), "tiny": (2,), "big": (300, 64)}
@@ -248,7 +249,8 @@ def test_adamw_in_parts_on_threads_is_bit_identical(parts, monkeypatch):
     init["F"] = np.asfortranarray(rng.standard_normal((400, 64)).astype(np.float32))  # largest
     runs = []
     with ThreadPoolExecutor(parts) as pool:
-        for kw in ({}, {"pool": pool, "parts": parts}):
+        for kw, chunk in (({}, 1 << 40), ({"pool": pool, "parts": parts}, 1000)):
+            monkeypatch.setattr(optim, "CHUNK", chunk)
             params = {k: a.copy(order="K") for k, a in init.items()}
             opt = AdamW(params, AdamWConfig(lr=1e-2, weight_decay=0.1))
             for step in range(3):

@@ -55,6 +55,12 @@ class AdamWConfig:
 # parameter sliced (the rule before this one): cpu-recipe (0.8M parameters, none large)
 # 1.87 / 1.89 / 2.73; medium (10.8M) 25.3 / 15.5 / 16.0.
 MIN_SLICE = 1 << 16
+# Elements per piece of a parameter in one pass of the step: the 5 arrays a piece
+# touches (p, g, m, v, scratch; 2.5 MB in float32) stay in cache across the step's ~12
+# passes instead of streaming from memory each time. AdamW step, 2 parts, whole slices ->
+# pieces of 2^17: GPT-2 124M 234 -> 144 ms; medium 14.1 -> 15.0, cpu-recipe 2.0 -> 2.0
+# (2^14-2^18 measured; the scratch shrinks from the largest slice to one piece).
+CHUNK = 1 << 17
 
 
 def _sliced(p: np.ndarray, parts: int) -> bool:
@@ -133,10 +139,10 @@ class AdamW:
             list(done)  # waits, and raises what a part raised
 
     def _scratch_for(self, parts: int) -> list[dict[np.dtype, np.ndarray]]:
-        """``parts`` scratch arrays per dtype, each as long as the largest slice it will hold."""
+        """``parts`` scratch arrays per dtype, each as long as the longest piece it will hold."""
         sizes: dict[np.dtype, int] = {}
         for p in self.params.values():
-            n = -(-p.size // parts) if _sliced(p, parts) else p.size
+            n = min(p.size, CHUNK) if p.flags.c_contiguous else p.size
             sizes[p.dtype] = max(sizes.get(p.dtype, 0), n)
         have = self._scratch.get(parts)
         if have is None or any(have[0][dt].size < n for dt, n in sizes.items()):
@@ -145,20 +151,35 @@ class AdamW:
             ]
         return self._scratch[parts]
 
-    def _update(self, grads, lr, step_size, bc2_sqrt, part, parts, scratch) -> None:
-        """The AdamW step on slice ``part`` of ``parts`` of every parameter, flattened."""
-        c = self.cfg
+    def _pieces(self, grads, part: int, parts: int):
+        """``(name, p, g, m, v)``: the views part ``part`` of ``parts`` updates, in order.
+
+        A parameter with a flat view comes in pieces of at most ``CHUNK`` elements, so
+        the step's ~12 passes over a piece run in cache, not memory; a large one is first
+        cut into ``parts`` slices (:func:`_sliced`), a small one goes whole to part 0.
+        One without a flat view (Fortran order) is one piece, in part 0.
+        """
         for k, p_all in self.params.items():
-            n = p_all.size
-            if _sliced(p_all, parts):  # this part's flat range of a large parameter
-                a, b = n * part // parts, n * (part + 1) // parts
-                p, g, m, v = (x.reshape(-1)[a:b] for x in (p_all, grads[k], self.m[k], self.v[k]))
-                tmp = scratch[p.dtype][: b - a]  # (b - a,)
-            elif part == 0:  # a small one, whole, in part 0
-                p, g, m, v = p_all, grads[k], self.m[k], self.v[k]
-                tmp = scratch[p.dtype][:n].reshape(p.shape)
-            else:
+            arrays = (p_all, grads[k], self.m[k], self.v[k])
+            if not p_all.flags.c_contiguous:
+                if part == 0:
+                    yield k, *arrays
                 continue
+            n = p_all.size
+            if _sliced(p_all, parts):
+                a, b = n * part // parts, n * (part + 1) // parts
+            else:
+                a, b = 0, (n if part == 0 else 0)
+            flat = [x.reshape(-1) for x in arrays]  # (n,) views
+            for i in range(a, b, CHUNK):
+                j = min(i + CHUNK, b)
+                yield k, *(x[i:j] for x in flat)
+
+    def _update(self, grads, lr, step_size, bc2_sqrt, part, parts, scratch) -> None:
+        """The AdamW step on part ``part`` of ``parts`` of every parameter, piece by piece."""
+        c = self.cfg
+        for k, p, g, m, v in self._pieces(grads, part, parts):
+            tmp = scratch[p.dtype][: p.size].reshape(p.shape)  # (piece,)
             if self.decay[k]:
                 p *= 1 - lr * c.weight_decay  # decoupled decay, before the Adam step
             # the same operations, in the same order, as m += (1 - beta1) * (g - m) etc.
