@@ -280,3 +280,22 @@ def test_adamw_slices_only_large_parameters_and_a_small_model_stays_on_one_threa
     AdamW(params, AdamWConfig(lr=0.1)).step({k: np.ones_like(a) for k, a in params.items()},
                                            pool=Refuses(), parts=2)  # fmt: skip
     assert (params["b"] < 1).all()
+
+
+def test_grad_norms_in_float64_pieces_equal_the_whole_norm(monkeypatch):
+    from resgrad.train import optim
+
+    monkeypatch.setattr(optim, "CHUNK", 7)  # pieces of 7: every boundary case below
+    rng = np.random.default_rng(0)
+    grads = {
+        "w": rng.standard_normal((5, 3)).astype(np.float32),  # 15 = 7 + 7 + 1
+        "f": np.asfortranarray(rng.standard_normal((4, 5)).astype(np.float32)),
+        "b": rng.standard_normal(7).astype(np.float32),  # one whole piece
+        "big": np.full(9, 1e30, np.float32),  # squares overflow float32, not float64
+        "none": np.zeros(0, np.float32),
+    }
+    got = grad_norms(grads)
+    for k, g in grads.items():
+        assert got[k] == pytest.approx(float(np.linalg.norm(g.astype(np.float64))), rel=1e-14), k
+    assert math.isfinite(got["big"]) and grad_norms({}) == {}
+    assert math.isnan(grad_norms({"x": np.array([1.0, np.nan, 2.0], np.float32)})["x"])
