@@ -54,7 +54,8 @@ RESGRAD_KIND = {
     "gelu_forward": "gelu", "gelu_backward": "gelu",
     "cross_entropy_forward": "cross-entropy", "cross_entropy_backward": "cross-entropy",
     "embedding_forward": "embedding", "embedding_backward": "embedding",
-    "step": "optimizer",
+    "softmax": "attention",  # layers.softmax: attention's, in the forward
+    "step": "optimizer", "_update": "optimizer", "_pieces": "optimizer",  # AdamW's arithmetic
 }  # fmt: skip
 
 
