@@ -70,6 +70,7 @@ def _quiet_stdout() -> None:
     with contextlib.suppress(OSError, ValueError):  # stdout may be no file at all (tests)
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -230,8 +230,8 @@ def grad_norms(grads: Mapping[str, np.ndarray]) -> dict[str, float]:
 
     Each gradient is widened ``CHUNK`` elements at a time into one float64 buffer, not
     whole: no float64 copy of the largest gradient (309 MB for GPT-2's wte), and the
-    widened piece is summed while in cache (GPT-2 124M's gradients: 162 -> 92 ms;
-    cpu-recipe and medium as before).
+    widened piece is summed while in cache (ms per call, whole copies -> pieces: GPT-2 124M
+    162 -> 92, medium 9.1 -> 8.5, cpu-recipe 0.55 -> 0.63).
     """
     if not grads:
         return {}
