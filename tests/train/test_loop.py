@@ -261,7 +261,7 @@ def test_bad_data_files_are_clear_errors(tmp_path):
         (["sample", "--num-tokens", "-1"], "'-1'"),
         (["sample", "--out-dir", "X", "--temperature", "0"], "'0'"),
         (["sample", "--out-dir", "X", "--top-k", "0"], "'0'"),
-        (["sample", "--out-dir", "/nonexistent"], "/nonexistent"),
+        (["sample", "--out-dir", "/nonexistent"], "'/nonexistent' does not exist (expected"),
         (["depth-train", "--variants", "none,bogus"], "'bogus'"),
         (["depth-train", "--n-head", "3"], "n_head=3"),
     ],

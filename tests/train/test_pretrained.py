@@ -87,6 +87,15 @@ def test_missing_config_is_exit_2(tmp_path, capsys):
     )  # fmt: skip
 
 
+def test_a_missing_path_is_said_to_be_missing_not_fetched(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for missing in ("./nope", "../nope/model", "nope", "gone.pt"):
+        _one_line_exit_2(
+            capsys, ["sample", "--from-pretrained", missing, "--start", "a"],
+            f"'{missing}' does not exist and is not a hub model name",
+        )  # fmt: skip
+
+
 def test_a_hub_name_offline_is_one_line_and_exit_2(tmp_path):
     """Never touches the network: HF_HUB_OFFLINE=1 and an empty cache."""
     src = str(pathlib.Path(resgrad.__file__).parents[1])  # this checkout's resgrad

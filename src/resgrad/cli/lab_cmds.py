@@ -85,7 +85,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     plot_format(args.out)
     dyns = load_runs(args.run_dirs)
     save_figure(compare_figure(dyns, args.quantity, args.layers), args.out)
-    print(f"{len(dyns)} runs compared in {args.out}")
+    print(f"{len(dyns)} run{'s' if len(dyns) != 1 else ''} compared in {args.out}")
     return 0
 
 

@@ -430,10 +430,14 @@ def export_hf(model: GPT, out_dir: str | os.PathLike, tokenizer_json: str | None
 
 
 def is_hub_name(name: str) -> bool:
-    """Whether ``name`` reads as a hub model (``gpt2``, ``owner/name``) rather than a path."""
+    """Whether ``name`` reads as a hub model (``gpt2``, ``owner/name``) rather than a path.
+
+    Hub owners and names start with a letter, digit or underscore, so ``./model`` and
+    ``../runs/x`` are paths (a missing one is said to be missing, not fetched).
+    """
     if os.path.exists(name):
         return False
-    return name in HUB_MODELS or bool(re.fullmatch(r"[\w.-]+/[\w.-]+", name))
+    return name in HUB_MODELS or bool(re.fullmatch(r"\w[\w.-]*/\w[\w.-]*", name))
 
 
 def resolve_pretrained(name_or_dir: str | os.PathLike) -> str:
@@ -453,7 +457,10 @@ def resolve_pretrained(name_or_dir: str | os.PathLike) -> str:
     if os.path.isdir(name):
         return name
     if not is_hub_name(name):
-        raise ValueError(f"{name!r} is neither a directory nor a hub model name (e.g. gpt2)")
+        raise ValueError(
+            f"{name!r} does not exist and is not a hub model name (gpt2, owner/name); expected "
+            "a model directory or a nanoGPT ckpt.pt"
+        )
     from huggingface_hub import snapshot_download
 
     patterns = [CONFIG, WEIGHTS, INDEX, "model-*.safetensors", "tokenizer.json", "vocab.json",

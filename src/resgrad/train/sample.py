@@ -283,6 +283,10 @@ def load_model(
         If there is no checkpoint there.
     """
     path = os.fspath(path)
+    if not os.path.exists(path):
+        raise FileNotFoundError(
+            f"{path!r} does not exist (expected a training run's --out-dir or a checkpoint file)"
+        )
     if os.path.isdir(path):
         name = BEST if best else LAST
         path = os.path.join(path, name)
