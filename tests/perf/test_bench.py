@@ -50,7 +50,8 @@ def test_figures_arithmetic():
         "flops_per_step": 4e9,
         "resgrad": f.as_dict() | {"peak_mib": 1.0},
     }
-    assert "200.00" in format_row(row)
+    assert (f.ms_min, f.ms_max) == (pytest.approx(100.0), pytest.approx(300.0))
+    assert "200.00" in format_row(row) and "100.00-300.00" in format_row(row)
 
 
 def test_batch_is_seeded_and_shifted():

@@ -12,6 +12,7 @@ AdamW update in place, all in float32.
 from __future__ import annotations
 
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -257,16 +258,21 @@ class StepFigures:
     tokens_per_s: float
     gflops: float  # counted matmul FLOPs / median step time
     peak_fraction: float  # gflops / the matmul peak measured in the same run
+    ms_min: float = math.nan  # the fastest and slowest timed steps: how noisy the run was
+    ms_max: float = math.nan
 
     def as_dict(self) -> dict:
         return asdict(self)
 
 
 def figures(times: list[float], cfg: BenchConfig, flops_per_step: int, peak: float) -> StepFigures:
-    """Median step time and the rates that follow from it."""
+    """Median step time, the rates that follow from it, and the fastest and slowest step."""
     med = statistics.median(times)
     gflops = flops_per_step / med / 1e9
-    return StepFigures(1e3 * med, cfg.tokens_per_step / med, gflops, gflops / peak)
+    return StepFigures(
+        1e3 * med, cfg.tokens_per_step / med, gflops, gflops / peak, 1e3 * min(times),
+        1e3 * max(times),
+    )  # fmt: skip
 
 
 def machine_header(peak: float, heap_kept: bool | None = None) -> str:
@@ -287,14 +293,16 @@ def format_row(row: dict) -> str:
     lines = [
         f"\n{row['config']}: {row['params']:,} params, {gflop:.2f} GFLOP/step"
         + (f"; matmul peak {row['peak_gflops']:.1f} GFLOP/s" if "peak_gflops" in row else ""),
-        f"  {'':8} {'ms/step':>9} {'tok/s':>9} {'GFLOP/s':>8} {'of peak':>8} {'peak MiB':>9}",
+        f"  {'':8} {'ms/step':>9} {'min-max':>17} {'tok/s':>9} {'GFLOP/s':>8} {'of peak':>8} "
+        f"{'peak MiB':>9}",
     ]
     for fw in ("resgrad", "plain", "torch"):
         if fw in row:
             f = row[fw]
+            spread = f"{f.get('ms_min', math.nan):.2f}-{f.get('ms_max', math.nan):.2f}"
             lines.append(
-                f"  {fw:8} {f['ms_per_step']:9.2f} {f['tokens_per_s']:9.0f} {f['gflops']:8.1f} "
-                f"{f['peak_fraction']:8.1%} {f['peak_mib']:9.0f}"
+                f"  {fw:8} {f['ms_per_step']:9.2f} {spread:>17} {f['tokens_per_s']:9.0f} "
+                f"{f['gflops']:8.1f} {f['peak_fraction']:8.1%} {f['peak_mib']:9.0f}"
             )
     if "speedup" in row:
         lines.append(f"  throughput resgrad / PyTorch: {row['speedup']:.2f}x")
