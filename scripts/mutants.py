@@ -162,12 +162,12 @@ MUTANTS = [
            'is_best = best is None or losses["val"] > best', LOOP),
     # -- train/shards.py: a batch as shards on threads
     Mutant("shards: every shard weighted equally", "train/shards.py",
-           "(r.stop - r.start) / B, g)", "1 / len(rows), g)", SHARDS),
+           "(r.stop - r.start) / B, g, act_rms)", "1 / len(rows), g, act_rms)", SHARDS),
     Mutant("shards: the later shards' gradients dropped", "train/shards.py",
            "grads[k] += a  # (shape of params[k])", "grads[k] += 0 * a", SHARDS),
     Mutant("shards: stream norms of the first shard only", "train/shards.py",
-           "math.hypot(*(np.linalg.norm(p[2][i]) for p in parts))",
-           "float(np.linalg.norm(parts[0][2][i]))", SHARDS),
+           "stream = [math.hypot(*norms) for norms in zip(*(p[2] for p in parts))]",
+           "stream = [norms[0] for norms in zip(*(p[2] for p in parts))]", SHARDS),
     # -- formats/checkpoint.py
     Mutant("checkpoint checksum not verified", "formats/checkpoint.py",
            'if hashlib.sha256(zeroed).hexdigest() != field.group(1).decode("ascii"):',

@@ -41,6 +41,7 @@ __all__ = [
     "plot_format",
     "plotted_series",
     "render_plot",
+    "save_figure",
     "save_plot",
 ]
 
@@ -255,6 +256,11 @@ def save_plot(spec: PlotSpec, path: str | os.PathLike) -> PlotSpec:
     OSError
         If ``path`` cannot be written; no file is left behind then.
     """
-    fmt = plot_format(path)
-    atomic_write_bytes(path, render_plot(spec, fmt))
+    plot_format(path)  # a bad extension is refused before anything is drawn
+    save_figure(make_figure(spec), path)
     return spec
+
+
+def save_figure(fig: Figure, path: str | os.PathLike) -> None:
+    """Write ``fig`` to ``path`` atomically, PNG or SVG by its extension."""
+    atomic_write_bytes(path, figure_bytes(fig, plot_format(path)))

@@ -96,6 +96,17 @@ def test_a_missing_path_is_said_to_be_missing_not_fetched(tmp_path, capsys, monk
         )  # fmt: skip
 
 
+def test_a_model_without_its_tokenizer_is_refused_by_every_command(gpt2_dir, text_file,
+                                                                    tmp_path, capsys):  # fmt: skip
+    os.remove(os.path.join(gpt2_dir, "tokenizer.json"))
+    for args in (
+        ["sample", "--from-pretrained", gpt2_dir, "--start", "a"],
+        ["flow", "--from-pretrained", gpt2_dir, "--text", text_file],
+        ["train", "--init-from", gpt2_dir, "--data", text_file, "--out-dir", str(tmp_path / "t")],
+    ):
+        _one_line_exit_2(capsys, args, f"{gpt2_dir!r} has no tokenizer (tokenizer.json")
+
+
 def test_a_hub_name_offline_is_one_line_and_exit_2(tmp_path):
     """Never touches the network: HF_HUB_OFFLINE=1 and an empty cache."""
     src = str(pathlib.Path(resgrad.__file__).parents[1])  # this checkout's resgrad

@@ -217,7 +217,6 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 def save_lesson_plot(cfg: StackConfig, path: str | os.PathLike) -> None:
     """Per-layer gradient norm of the lesson's deepest stack, without and with residuals."""
-    plot_format(path)
     save_plot(flow.lesson_plot_spec(cfg), path)
 
 
@@ -248,8 +247,6 @@ def _pretrained_records(args: argparse.Namespace) -> list:
         raise ValueError("--from-pretrained needs --text FILE, the text to run the model on")
     text = read_text(args.text)
     model, tok = load_pretrained(args.from_pretrained)
-    if tok is None:
-        raise ValueError(f"{args.from_pretrained!r} has no tokenizer to read --text with")
     name = os.path.basename(os.path.normpath(args.from_pretrained))
     return measure_model(
         model, tok.encode(text), seq=args.seq, batch=args.batch, seeds=range(args.seeds),

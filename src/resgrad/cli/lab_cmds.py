@@ -8,16 +8,11 @@ import os
 from resgrad.cli import _common
 from resgrad.lab.claims import CLAIMS, claim_table, format_claims
 from resgrad.lab.experiments import EXPERIMENTS, ExperimentConfig, format_summary, run_experiment
-from resgrad.lab.runs import (
-    QUANTITIES,
-    compare_figure,
-    dynamics_figure,
-    load_runs,
-    save_figure,
-)
+from resgrad.lab.runs import QUANTITIES, compare_figure, dynamics_figure
 from resgrad.lab.sweep import BACKENDS
 from resgrad.nn.blocks import INITS, VARIANTS
-from resgrad.plots import plot_format
+from resgrad.plots import plot_format, save_figure
+from resgrad.train.dynamics import read_dynamics
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -74,7 +69,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def cmd_dynamics(args: argparse.Namespace) -> int:
     out = args.out or os.path.join(args.run_dir, "dynamics.png")
     plot_format(out)  # a bad extension is refused before anything is read
-    (dyn,) = load_runs([args.run_dir])
+    dyn = read_dynamics(args.run_dir)
     save_figure(dynamics_figure(dyn, args.quantities, args.layers), out)
     note = f" (a torn last record, {dyn.torn_bytes} bytes, was ignored)" if dyn.torn_bytes else ""
     print(f"{len(dyn.steps)} steps of {dyn.n_layer} blocks drawn to {out}{note}")
@@ -83,7 +78,7 @@ def cmd_dynamics(args: argparse.Namespace) -> int:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     plot_format(args.out)
-    dyns = load_runs(args.run_dirs)
+    dyns = [read_dynamics(d) for d in args.run_dirs]
     save_figure(compare_figure(dyns, args.quantity, args.layers), args.out)
     print(f"{len(dyns)} run{'s' if len(dyns) != 1 else ''} compared in {args.out}")
     return 0

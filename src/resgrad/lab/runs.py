@@ -18,9 +18,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from resgrad.formats.atomic import atomic_write_bytes
-from resgrad.plots import figure_bytes, new_figure, plot_format
-from resgrad.train.dynamics import PER_BLOCK, Dynamics, read_dynamics
+from resgrad.plots import new_figure
+from resgrad.train.dynamics import PER_BLOCK, Dynamics
 from resgrad.train.loop import draw_losses, read_metrics
 
 __all__ = [
@@ -28,9 +27,7 @@ __all__ = [
     "compare_figure",
     "default_layers",
     "dynamics_figure",
-    "load_runs",
     "run_labels",
-    "save_figure",
 ]
 
 QUANTITIES = tuple(PER_BLOCK)
@@ -190,13 +187,3 @@ def compare_figure(
         ax.legend(fontsize=7, loc="best")
     fig.tight_layout()
     return fig
-
-
-def save_figure(fig, path: str | os.PathLike) -> None:
-    """Write ``fig`` to ``path`` atomically, PNG or SVG by its extension."""
-    atomic_write_bytes(path, figure_bytes(fig, plot_format(path)))
-
-
-def load_runs(run_dirs: Sequence[str | os.PathLike]) -> list[Dynamics]:
-    """:func:`resgrad.train.dynamics.read_dynamics` of each directory, each checked."""
-    return [read_dynamics(d) for d in run_dirs]

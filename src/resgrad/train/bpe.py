@@ -95,6 +95,15 @@ class BPETokenizer:
         return lambda i: stream.step(self.tokenizer, int(i)) or ""
 
 
+def _byte_level(tok: Any) -> Any:
+    """``tok`` with GPT-2's byte-level pre-tokenizer and decoder (no prefix space)."""
+    from tokenizers import decoders, pre_tokenizers
+
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    return tok
+
+
 def train_bpe(text: str, vocab_size: int) -> BPETokenizer:
     """A byte-level BPE of ``vocab_size`` tokens trained on ``text`` (GPT-2's pre-tokenizer).
 
@@ -106,16 +115,18 @@ def train_bpe(text: str, vocab_size: int) -> BPETokenizer:
     ValueError
         If ``vocab_size`` is below 256 (the byte alphabet).
     """
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
-    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 256:
+    if (
+        isinstance(vocab_size, bool)
+        or not isinstance(vocab_size, int)
+        or vocab_size < MIN_BPE_VOCAB
+    ):
         raise ValueError(
             f"vocab_size must be an integer >= {MIN_BPE_VOCAB} for a byte-level BPE "
             f"(the 256 bytes come first), got {vocab_size!r}"
         )
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
+    tok = _byte_level(Tokenizer(models.BPE()))
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
@@ -135,7 +146,7 @@ def load_tokenizer_dir(path: str | os.PathLike) -> BPETokenizer | None:
     ValueError
         If the files are there but unreadable.
     """
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from tokenizers import Tokenizer, models
 
     d = os.fspath(path)
     tj, vocab, merges = (os.path.join(d, n) for n in ("tokenizer.json", "vocab.json", "merges.txt"))
@@ -143,10 +154,7 @@ def load_tokenizer_dir(path: str | os.PathLike) -> BPETokenizer | None:
         if os.path.exists(tj):
             return BPETokenizer(Tokenizer.from_file(tj))
         if os.path.exists(vocab) and os.path.exists(merges):
-            tok = Tokenizer(models.BPE.from_file(vocab, merges))
-            tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-            tok.decoder = decoders.ByteLevel()
-            return BPETokenizer(tok)
+            return BPETokenizer(_byte_level(Tokenizer(models.BPE.from_file(vocab, merges))))
     except Exception as e:  # tokenizers raises its own Exception subclasses
         raise ValueError(
             f"the tokenizer in {d!r} is unreadable: {str(e).splitlines()[0]}"

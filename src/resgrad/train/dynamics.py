@@ -153,9 +153,8 @@ def update_ratios(
     dw2, w2 = np.zeros(n_layer), np.zeros(n_layer)  # (L,), (L,) sums of squares
     for k, w0 in before.items():
         i = int(k.split(".", 2)[1])
-        d = (params[k] - w0).ravel()  # (n,)
-        dw2[i] += float(np.dot(d, d))
-        w2[i] += float(np.dot(w0.ravel(), w0.ravel()))
+        dw2[i] += sum_sq(params[k] - w0)
+        w2[i] += sum_sq(w0)
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.sqrt(dw2) / np.sqrt(w2)  # (L,); a block of all-zero weights: inf or nan
 

@@ -68,7 +68,14 @@ from resgrad.train.dynamics import (
     snapshot_blocks,
     update_ratios,
 )
-from resgrad.train.optim import AdamW, AdamWConfig, LRSchedule, clip_grad_norm, grad_norms
+from resgrad.train.optim import (
+    AdamW,
+    AdamWConfig,
+    LRSchedule,
+    clip_coef,
+    clip_grad_norm,
+    grad_norms,
+)
 from resgrad.train.shards import DEFAULT_SHARDS, Shards
 
 __all__ = [
@@ -437,7 +444,7 @@ def train_step(
             f"{_describe_nonfinite(grads)} (loss {loss:.4f})"
         )
     total = clip_grad_norm(grads, grad_clip, norms)  # 4) global norm <= grad_clip
-    clipped = grad_clip > 0 and grad_clip / (total + 1e-6) < 1.0  # clip_grad_norm's test
+    clipped = clip_coef(total, grad_clip) < 1.0
     before = snapshot_blocks(model.params) if dynamics else None
     opt.step(grads, lr=lr, pool=shards.pool, parts=shards.workers)  # 5) AdamW, in place
     if not dynamics:
@@ -580,8 +587,6 @@ def _fresh_model(cfg: TrainConfig) -> tuple[Corpus, GPT]:
         from resgrad.train.pretrained import load_pretrained
 
         model, tok = load_pretrained(cfg.init_from)
-        if tok is None:
-            raise ValueError(f"init_from {cfg.init_from!r} has no tokenizer beside the model")
         if cfg.block_size > model.cfg.block_size:
             raise ValueError(
                 f"block_size {cfg.block_size} exceeds {cfg.init_from!r}'s context of "
@@ -688,8 +693,9 @@ def train(
 
     schedule, L = cfg.schedule(), model.cfg.n_layer  # the model's: init_from brings its own
     entropy = unigram_entropy(corpus.text)
+    m = model.cfg  # the model's shape: init_from brings its own
     title = (
-        f"{cfg.variant}, L={L} H={cfg.n_head} C={cfg.n_embd} T={cfg.block_size} "
+        f"{m.variant}, L={L} H={m.n_head} C={m.n_embd} T={cfg.block_size} "
         f"B={cfg.batch_size}, lr {cfg.lr:g}; "
         + ("pydoc_data.topics" if cfg.data is None else os.path.basename(cfg.data))
     )
@@ -768,7 +774,7 @@ def train(
             n_steps += 1
             rec = {
                 "kind": "iter", "iter": it, "loss": loss, "lr": lr, "grad_norm": last_norm,
-                "layer_grad_norms": dyn_rec["grad"].tolist(),  # (L,) as in dynamics.bin
+                "layer_grad_norms": layer_grad_norms(step.norms, L),  # (L,) float64
                 "stream_grad_norms": step.stream_norms,
                 "ms": 1e3 * dt,
             }  # fmt: skip

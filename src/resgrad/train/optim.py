@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["AdamW", "AdamWConfig", "LRSchedule", "clip_grad_norm", "grad_norms"]
+__all__ = ["AdamW", "AdamWConfig", "LRSchedule", "clip_coef", "clip_grad_norm", "grad_norms"]
 
 
 @dataclass(frozen=True)
@@ -271,12 +271,21 @@ def clip_grad_norm(
     if norms is None:
         norms = grad_norms(grads)
     total = math.sqrt(sum(n * n for n in norms.values()))
+    coef = clip_coef(total, max_norm)
+    if coef != 1.0:
+        for g in grads.values():
+            g *= coef
+    return total
+
+
+def clip_coef(total: float, max_norm: float) -> float:
+    """The factor :func:`clip_grad_norm` scales by: ``max_norm / (total + 1e-6)`` when
+    that is below 1, else 1 (``max_norm`` 0: clipping off)."""
     if max_norm > 0:
         coef = max_norm / (total + 1e-6)
         if coef < 1.0:
-            for g in grads.values():
-                g *= coef
-    return total
+            return coef
+    return 1.0
 
 
 @dataclass(frozen=True)

@@ -30,15 +30,19 @@ __all__ = ["encode_prompt", "export_checkpoint", "load_pretrained", "sample_pret
 
 def load_pretrained(
     name_or_path: str | os.PathLike, dtype: Any = np.float32
-) -> tuple[GPT, BPETokenizer | None]:
-    """The model and tokenizer (None if there is none) that ``name_or_path`` names.
+) -> tuple[GPT, BPETokenizer]:
+    """The model and tokenizer that ``name_or_path`` names.
+
+    Every use (sampling, fine-tuning, the flow of a real text) reads text, so a model
+    without its tokenizer beside it is refused here, once for all of them.
 
     Raises
     ------
     ValueError
         Every bad input in one line: see :func:`resgrad.formats.hf.load_hf`,
-        :func:`resgrad.formats.nanogpt.load_nanogpt_ckpt`, a tokenizer larger than the
-        model's vocabulary, or a hub name that cannot be fetched.
+        :func:`resgrad.formats.nanogpt.load_nanogpt_ckpt`, no tokenizer beside the model,
+        a tokenizer larger than the model's vocabulary, or a hub name that cannot be
+        fetched.
     """
     name = os.fspath(name_or_path)
     if name.endswith(".pt") and os.path.isfile(name):
@@ -50,8 +54,12 @@ def load_pretrained(
         where = resolve_pretrained(name)
         model = load_hf(where, dtype=dtype)
     tok = load_tokenizer_dir(where)
-    if tok is not None:
-        check_vocab(tok, model.cfg.vocab_size, name)
+    if tok is None:
+        raise ValueError(
+            f"{name!r} has no tokenizer (tokenizer.json, or vocab.json and merges.txt); put "
+            "GPT-2's beside the model"
+        )
+    check_vocab(tok, model.cfg.vocab_size, name)
     return model, tok
 
 
@@ -86,20 +94,15 @@ def sample_pretrained(
     on_text: Callable[[str], None] | None = None,
 ) -> str:
     """Continue ``start`` with a pretrained model (as :func:`load_pretrained`); returns
-    start plus the new text. ``on_text``, if given, receives ``start`` and then each new
-    token's text as it is drawn (as :func:`resgrad.train.sample.sample_text`).
+    start plus the new text. ``on_text``, if given, receives the text as it is drawn
+    (as :func:`resgrad.train.sample.continue_text`).
 
     Raises
     ------
     ValueError
-        No tokenizer beside the model, or a bad prompt (:func:`encode_prompt`).
+        As :func:`load_pretrained`, or a bad prompt (:func:`encode_prompt`).
     """
     model, tok = load_pretrained(name_or_path)
-    if tok is None:
-        raise ValueError(
-            f"{os.fspath(name_or_path)!r} has no tokenizer (tokenizer.json, or vocab.json "
-            "and merges.txt); put GPT-2's beside the model"
-        )
     ids = encode_prompt(tok, start, model.cfg.block_size)  # (T0,)
     return continue_text(model, tok, start, ids, num_tokens, temperature, top_k, seed, on_text)
 

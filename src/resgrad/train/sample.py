@@ -322,8 +322,8 @@ def sample_text(
     on_text: Callable[[str], None] | None = None,
 ) -> str:
     """Load a checkpoint (as :func:`load_model`) and continue ``start``; returns start
-    plus the new text. ``on_text``, if given, receives ``start`` and then each new
-    token's text as soon as it is drawn (a streaming printer keeps what an interrupt cuts).
+    plus the new text. ``on_text``, if given, receives the text as it is drawn (as
+    :func:`continue_text`; a streaming printer keeps what an interrupt cuts).
 
     Raises
     ------

@@ -67,15 +67,20 @@ def shard_rows(B: int, shards: int) -> list[slice]:
     return [slice(a, b) for a, b in zip(edges[:-1], edges[1:], strict=True)]
 
 
-def _pass(model: GPT, x: np.ndarray, y: np.ndarray, dloss: float, rng) -> tuple:
-    """Forward and backward of one shard: its loss, gradients, dL/dx_i and block outputs."""
+def _pass(model: GPT, x: np.ndarray, y: np.ndarray, dloss: float, rng, act_rms: bool) -> tuple:
+    """Forward and backward of one shard, on its own thread: its loss, gradients, the
+    norms of dL/dx_i, and (``act_rms``) each block output's sum of squares and size."""
     with np.errstate(all="ignore"):  # per thread; the caller finds a NaN by name
         # 1) (B_s, T) -> L_s; the logits are not kept: the backward starts from the cache,
         # and (B_s, T, V) floats are 103 MB a shard at GPT-2's vocabulary and T=256, B=4
         loss, cache = model.forward(x, y, train=True, rng=rng)[1:]
         # 2) (n_s / N) dL_s/dtheta, freeing the activations as the backward passes them
         grads, dxs = model.backward_stream(cache, dloss=dloss, release=True)
-    return loss, grads, dxs, cache.xs[1:]
+        # 3) what the batch's norms are made of, here rather than after the join
+        stream = [float(np.linalg.norm(d)) for d in dxs]  # L + 1 of ||dL/dx_i||_s
+        outs = cache.xs[1:] if act_rms else []  # (B_s, T, C) each block's output
+        act = [(sum_sq(a), a.size) for a in outs]
+    return loss, grads, stream, act
 
 
 class Shards:
@@ -146,12 +151,12 @@ class Shards:
         if len(rows) > 1 and rng is not None and model.cfg.dropout > 0:
             rngs = [np.random.default_rng(s) for s in rng.integers(2**63, size=len(rows))]
         # the loss is the mean over B*T targets: shard s holds n_s / N = rows_s / B of them
-        jobs = [(model, x[r], y[r], (r.stop - r.start) / B, g) for r, g in zip(rows, rngs)]
+        jobs = [(model, x[r], y[r], (r.stop - r.start) / B, g, act_rms) for r, g in zip(rows, rngs)]
         if self._pool is None:  # one thread: the shards in turn, BLAS as it is
-            return _combine([_pass(*job) for job in jobs], jobs, act_rms)
+            return _combine([_pass(*job) for job in jobs], jobs)
         # one BLAS thread per shard, also while combining: BLAS's own workers stay asleep
         with self._blas.limit(limits=self.blas_threads):
-            return _combine(list(self._pool.map(lambda job: _pass(*job), jobs)), jobs, act_rms)
+            return _combine(list(self._pool.map(lambda job: _pass(*job), jobs)), jobs)
 
     def loss(self, model: GPT, x: np.ndarray, y: np.ndarray) -> float:
         """The batch's mean loss in eval mode (no dropout), from the shards' forward passes."""
@@ -173,7 +178,7 @@ class Shards:
         return self._pool
 
 
-def _combine(parts: list[tuple], jobs: list[tuple], act_rms: bool) -> Pass:
+def _combine(parts: list[tuple], jobs: list[tuple]) -> Pass:
     """The batch's :class:`Pass` from its shards' (see the module docstring)."""
     with np.errstate(all="ignore"):  # a diverged step: the caller names the NaN
         # L = sum_s (n_s / N) L_s
@@ -185,11 +190,9 @@ def _combine(parts: list[tuple], jobs: list[tuple], act_rms: bool) -> Pass:
             for k, a in g.items():
                 grads[k] += a  # (shape of params[k])
         # shards hold disjoint rows of dL/dx_i and of each block's output: squares add
-        stream = [
-            math.hypot(*(np.linalg.norm(p[2][i]) for p in parts)) for i in range(len(parts[0][2]))
-        ]
+        stream = [math.hypot(*norms) for norms in zip(*(p[2] for p in parts))]
         act = [
-            math.sqrt(sum(sum_sq(p[3][i]) for p in parts) / sum(p[3][i].size for p in parts))
-            for i in range(len(parts[0][3]) if act_rms else 0)
+            math.sqrt(sum(sq for sq, _ in blocks) / sum(n for _, n in blocks))
+            for blocks in zip(*(p[3] for p in parts))
         ]
     return Pass(float(loss), grads, stream, act)
