@@ -260,6 +260,7 @@ def render_figure(cfg: ExperimentConfig, rows, summary, out_dir, cells, entropy)
     lines: dict[tuple, list[dict]] = {}
     for s in summary:
         lines.setdefault(tuple(s[k] for k in line_keys), []).append(s)
+    rest = sorted({k[1:] for k in lines})  # each line's settings other than the variant
     for key, ss in lines.items():
         label = ", ".join(f"{k}={v}" for k, v in zip(line_keys, key)
                           if len({s[k] for s in summary}) > 1 or k == "variant")  # fmt: skip
@@ -268,7 +269,6 @@ def render_figure(cfg: ExperimentConfig, rows, summary, out_dir, cells, entropy)
         xs = [s[x_key] for s in ss if s["val_mean"] is not None]
         ys = [s["val_mean"] for s in ss if s["val_mean"] is not None]
         es = [s["val_std"] or 0.0 for s in ss if s["val_mean"] is not None]
-        rest = sorted({k[1:] for k in lines})  # the line's settings other than the variant
         ls = ("-", "--", ":", "-.")[rest.index(key[1:]) % 4]
         ax1.errorbar(xs, ys, yerr=es, fmt="o", ls=ls, color=c, capsize=3, ms=4, label=label)
         for s in ss:
