@@ -232,3 +232,39 @@ def test_init_from_fine_tunes_a_pretrained_model(gpt2_dir, text_file, tmp_path, 
     assert not os.path.exists(tmp_path / "arch")
     with pytest.raises(ValueError, match="n_embd=64 cannot be combined with init_from"):
         TrainConfig(init_from=gpt2_dir, n_embd=64)
+
+
+def test_the_memory_check_sees_the_pretrained_model_not_the_flags_defaults(
+    tmp_path, text_file, capsys, monkeypatch
+):
+    """--init-from: the estimate made before anything is read cannot know the model's
+    shape; the trainer checks again once it is loaded. A model 4x wider than the flags'
+    defaults, with memory for the defaults' run but not for its own, is refused."""
+    from resgrad.perf import memory
+
+    tok = train_bpe(TEXT, 280)
+    wide = GPTConfig(vocab_size=tok.vocab_size, block_size=32, n_layer=2, n_head=2, n_embd=512)
+    d = str(tmp_path / "wide")
+    export_hf(GPT(wide, seed=0), d, tokenizer_json=tok.to_json())
+    out = str(tmp_path / "run")
+    args = ["train", "--init-from", d, "--block-size", "16", "--batch-size", "2",
+            "--max-iters", "2", "--eval-interval", "2", "--eval-iters", "1",
+            "--data", text_file, "--out-dir", out]  # fmt: skip
+    cfg = TrainConfig(init_from=d, block_size=16, batch_size=2, data=text_file)
+    need, flags_need = memory.train_bytes(cfg, wide), memory.train_bytes(cfg)
+    assert flags_need < need  # what the check would have used without the model
+    monkeypatch.setattr(memory, "available_bytes", lambda: (flags_need + need) // 2)
+    err = _one_line_exit_2(capsys, args, "this training run")
+    assert f"would need about {memory.format_bytes(need)}" in err, err
+    assert not os.path.exists(os.path.join(out, "last.ckpt"))
+    monkeypatch.setattr(memory, "available_bytes", lambda: need + 1)  # it fits
+    assert main(args) == 0
+    assert load_model(out)[0].cfg.n_embd == 512
+
+
+def test_the_memory_estimate_uses_the_bpe_vocabulary():
+    from resgrad.perf import memory
+
+    chars, bpe = TrainConfig(), TrainConfig(tokenizer="bpe", vocab_size=50_000)
+    # the logits and the embedding grow with V: 50,000 tokens, not the characters' 256
+    assert memory.train_bytes(bpe) - memory.train_bytes(chars) > 4 * 4 * (50_000 - 256) * 128

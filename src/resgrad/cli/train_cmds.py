@@ -8,6 +8,7 @@ import sys
 
 from resgrad.cli import _common
 from resgrad.nn.blocks import INITS, VARIANTS
+from resgrad.nn.model import GPTConfig
 from resgrad.perf import memory
 from resgrad.train.bpe import KINDS
 from resgrad.train.loop import (
@@ -190,8 +191,13 @@ def cmd_train(args: argparse.Namespace) -> int:
         cfg = resume_config(out_dir, **given)
     else:
         cfg = TrainConfig(**given, out_dir=out_dir)
-    memory.require(memory.train_bytes(cfg), "this training run")
-    res = _run("train", train, cfg, progress=None)
+
+    def fits(model: GPTConfig | None = None) -> None:
+        memory.require(memory.train_bytes(cfg, model), "this training run")
+
+    if cfg.init_from is None:
+        fits()  # at once; a pretrained model's shape is known once it is loaded
+    res = _run("train", train, cfg, progress=None, fits=fits)
     if res is None:
         return 1
     print(

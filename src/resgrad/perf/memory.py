@@ -33,6 +33,7 @@ from __future__ import annotations
 import os
 
 from resgrad.lab.flow import LESSON_VARIANTS, FlowConfig
+from resgrad.nn.model import GPTConfig
 from resgrad.train.loop import TrainConfig
 
 __all__ = [
@@ -48,7 +49,7 @@ __all__ = [
     "train_bytes",
 ]
 
-ASSUMED_VOCAB = 256  # V for an estimate made before the corpus is read (bytes: at most 256)
+ASSUMED_VOCAB = 256  # V of a character corpus for an estimate made before it is read
 
 
 class NotEnoughMemory(MemoryError):
@@ -127,14 +128,24 @@ def flow_bytes(cfg: FlowConfig) -> int:
     return gpt_bytes(cfg.depth, cfg.width, cfg.heads, cfg.seq, cfg.batch, cfg.vocab, 8, 4)
 
 
-def train_bytes(cfg: TrainConfig, vocab: int = ASSUMED_VOCAB) -> int:
-    """Upper estimate for a training run: the float32 model, AdamW, caches and the corpus."""
+def train_bytes(cfg: TrainConfig, model: GPTConfig | None = None) -> int:
+    """Upper estimate for a training run: the float32 model, AdamW, caches and the corpus.
+
+    ``model`` is the model's shape where it is known: a pretrained model's
+    (``cfg.init_from``) is known only once it is loaded, which is why the trainer
+    checks again then (:func:`resgrad.train.loop.train`'s ``fits``). Without it the
+    shape is ``cfg``'s, with the BPE's ``vocab_size`` or, for characters, ASSUMED_VOCAB.
+    """
     chars = 500_000  # the built-in corpus has about 465,000 characters
     if cfg.data is not None:
         try:
             chars = os.stat(cfg.data).st_size  # characters <= UTF-8 bytes
         except OSError:
             chars = 0  # reading it will fail with its own clear error
-    model = gpt_bytes(cfg.n_layer, cfg.n_embd, cfg.n_head, cfg.block_size, cfg.batch_size,
-                      vocab, 4, 4)  # fmt: skip
-    return model + 14 * chars
+    if model is None:
+        model = cfg.gpt_config(cfg.vocab_size if cfg.tokenizer == "bpe" else ASSUMED_VOCAB)
+    # T and B are the run's: a fine-tune may use less than the model's context
+    m = model
+    weights = gpt_bytes(m.n_layer, m.n_embd, m.n_head, cfg.block_size, cfg.batch_size,
+                        m.vocab_size, 4, 4)  # fmt: skip
+    return weights + 14 * chars

@@ -651,6 +651,7 @@ def train(
     *,
     progress: bool | None = True,
     log: Callable[[str], None] | None = None,
+    fits: Callable[[GPTConfig], None] | None = None,
 ) -> TrainResult:
     """Train (or resume) a GPT as ``cfg`` says; see the module docstring for the files written.
 
@@ -662,6 +663,10 @@ def train(
         when stderr is a terminal.
     log : callable, optional
         Receives the one-line report of each evaluation (default: printed above the bar).
+    fits : callable, optional
+        Called with the model's shape once it is known (a pretrained model's only once
+        it is loaded), before the first step; it raises to refuse the run, as the CLI's
+        memory check does (:func:`resgrad.perf.memory.train_bytes`).
 
     Returns
     -------
@@ -686,6 +691,8 @@ def train(
     last_path, best_path = os.path.join(out_dir, LAST), os.path.join(out_dir, BEST)
     metrics_path = os.path.join(out_dir, METRICS)
     run = _start_run(cfg, last_path)
+    if fits is not None:
+        fits(run.model.cfg)
     corpus, model, start, best, records = run.corpus, run.model, run.start, run.best, run.records
     if hasattr(corpus.tokenizer, "to_json"):  # a BPE: saved with the run, as transformers reads it
         atomic_write_text(os.path.join(out_dir, "tokenizer.json"), corpus.tokenizer.to_json())
