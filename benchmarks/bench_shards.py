@@ -82,10 +82,10 @@ def main() -> None:
     model, x, y, h, cfg = _shard(args.config)
 
     def first():
-        _pass(model, x[:h], y[:h], 0.5, None)
+        _pass(model, x[:h], y[:h], 0.5, None, True)  # act_rms: the trainer records dynamics
 
     def second():
-        _pass(model, x[h:], y[h:], 0.5, None)
+        _pass(model, x[h:], y[h:], 0.5, None, True)
 
     with threadpool_limits(1):  # one BLAS thread per shard, as in the trainer
         if args.child:
