@@ -145,7 +145,8 @@ def bench_config(cfg: BenchConfig, steps: int, peak: float) -> dict:
 
 def _side_by_side(cfg: BenchConfig, steps: int, peak: float, model, r_step, p_step) -> dict:
     flops = model.flops_per_step(cfg.batch_size, cfg.block_size)
-    row = {"config": cfg.name, "params": model.num_params(), "flops_per_step": flops}
+    row = {"config": cfg.name, "params": model.num_params(), "flops_per_step": flops,
+           "floor_flops": flops - cfg.masked_flops}  # fmt: skip
     t_model, t_step = torch_step_fn(cfg)
     t_params = sum(p.numel() for p in t_model.parameters())
     if t_params != model.num_params():

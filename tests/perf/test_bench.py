@@ -52,6 +52,21 @@ def test_figures_arithmetic():
     }
     assert (f.ms_min, f.ms_max) == (pytest.approx(100.0), pytest.approx(300.0))
     assert "200.00" in format_row(row) and "100.00-300.00" in format_row(row)
+    assert "ceiling" not in format_row(row)  # no PyTorch beside it: no ceiling to state
+    # 4 GFLOP, 0.5 of them needless, at 100 GFLOP/s: a 35 ms floor; PyTorch at 70 ms
+    t = figures([0.07], cfg, flops_per_step=4e9, peak=100.0).as_dict() | {"peak_mib": 1.0}
+    row |= {"torch": t, "peak_gflops": 100.0, "floor_flops": 3.5e9}
+    assert "take 35.0 ms" in format_row(row) and "more than 2.00x" in format_row(row)
+    assert "1.5x needs 75% of the peak" in format_row(row)
+
+
+def test_the_ceiling_leaves_out_the_masked_half_of_attention():
+    cfg = BENCH_CONFIGS["medium"]
+    model = GPT(cfg.gpt_config(), seed=0)
+    B, T, C, L = cfg.batch_size, cfg.block_size, cfg.n_embd, cfg.n_layer
+    full = model.flops_per_step(B, T)
+    no_attention = 3 * B * T * (L * 24 * C * C + 2 * C * cfg.vocab_size)
+    assert full - cfg.masked_flops - no_attention == (full - no_attention) // 2
 
 
 def test_batch_is_seeded_and_shifted():

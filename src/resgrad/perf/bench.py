@@ -81,6 +81,19 @@ class BenchConfig:
     def tokens_per_step(self) -> int:
         return self.batch_size * self.block_size
 
+    @property
+    def masked_flops(self) -> int:
+        """Matmul FLOPs of a step that causality makes needless: the ceiling's saving.
+
+        :meth:`resgrad.nn.model.GPT.flops_per_step` counts attention's ``q k^T`` and
+        ``att v`` over the whole (T, T) square, 4TC per token and block in the
+        forward; the half above the diagonal is 0 after the mask, so 2TC of them, and
+        twice that in the backward, need not be done. The count less this is the
+        fewest matmul FLOPs a step can do in any framework (the ``ceiling`` line).
+        """
+        B, T, C, L = self.batch_size, self.block_size, self.n_embd, self.n_layer
+        return 3 * L * B * T * (2 * T * C)
+
 
 BENCH_CONFIGS = {
     c.name: c
@@ -308,4 +321,12 @@ def format_row(row: dict) -> str:
         lines.append(f"  throughput resgrad / PyTorch: {row['speedup']:.2f}x")
     if "plain_speedup" in row:
         lines.append(f"  throughput resgrad / plain (one shard): {row['plain_speedup']:.2f}x")
+    if "torch" in row and "peak_gflops" in row and "floor_flops" in row:
+        floor = 1e3 * row["floor_flops"] / (row["peak_gflops"] * 1e9)  # ms: each matmul at peak
+        t = row["torch"]["ms_per_step"]
+        lines.append(
+            f"  ceiling: the least matmul FLOPs at the peak take {floor:.1f} ms, so no step "
+            f"here beats PyTorch by more than {t / floor:.2f}x; 1.5x needs "
+            f"{1.5 * floor / t:.0%} of the peak for the whole step"
+        )
     return "\n".join(lines)
