@@ -15,6 +15,8 @@ from resgrad.train.dynamics import (
     make_record,
     read_dynamics,
     record_dtype,
+    snapshot_blocks,
+    update_ratios,
 )
 from resgrad.train.loop import TrainConfig, resume_config, train, train_step
 from resgrad.train.optim import AdamW, AdamWConfig, grad_norms
@@ -74,6 +76,24 @@ def test_a_step_records_what_it_says(variant):
     np.testing.assert_allclose(rec["stream_grad"], [np.linalg.norm(d) for d in dxs], rtol=1e-6)
     np.testing.assert_allclose(rec["grad_norm"], np.sqrt(sum(grad_norms(grads)[k] ** 2
                                for k in grads)), rtol=1e-6)  # fmt: skip
+
+
+def test_update_ratio_is_the_norm_of_the_update_over_the_norm_of_the_weights():
+    rng = np.random.default_rng(0)
+    params = {f"blocks.{i}.{n}": rng.standard_normal(s) for i in range(2)
+              for n, s in (("w", (4, 3)), ("b", (3,)))}  # fmt: skip
+    params["wte"] = rng.standard_normal((5, 3))  # not a block's: left out
+    before = snapshot_blocks(params)
+    w0 = {k: p.copy() for k, p in before.items()}
+    for k in params:
+        params[k] += rng.standard_normal(params[k].shape) * (0.01 if "blocks.0" in k else 0.1)
+    ratio = update_ratios(params, before, 2)
+    for i in range(2):
+        keys = [k for k in w0 if k.startswith(f"blocks.{i}.")]
+        dw = np.sqrt(sum(np.sum((params[k] - w0[k]) ** 2) for k in keys))
+        w = np.sqrt(sum(np.sum(w0[k] ** 2) for k in keys))
+        assert ratio[i] == pytest.approx(dw / w, rel=1e-12)
+    assert 0.005 < ratio[0] < 0.02 and 0.05 < ratio[1] < 0.2
 
 
 def test_update_ratio_sees_a_frozen_block():

@@ -149,12 +149,15 @@ def snapshot_blocks(params: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
 def update_ratios(
     params: Mapping[str, np.ndarray], before: Mapping[str, np.ndarray], n_layer: int
 ) -> np.ndarray:
-    """Per block, ||w_after - w_before|| / ||w_before|| over all its parameters, (L,)."""
+    """Per block, ||w_after - w_before|| / ||w_before|| over all its parameters, (L,).
+
+    ``before`` (:func:`snapshot_blocks`) is spent: each copy's buffer takes its update.
+    """
     dw2, w2 = np.zeros(n_layer), np.zeros(n_layer)  # (L,), (L,) sums of squares
     for k, w0 in before.items():
         i = int(k.split(".", 2)[1])
-        dw2[i] += sum_sq(params[k] - w0)
         w2[i] += sum_sq(w0)
+        dw2[i] += sum_sq(np.subtract(params[k], w0, out=w0))  # w_after - w_before, in place
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.sqrt(dw2) / np.sqrt(w2)  # (L,); a block of all-zero weights: inf or nan
 
