@@ -71,6 +71,24 @@ def test_a_crashed_experiment_resumes_where_it_stopped(tmp_path, data, monkeypat
     assert resumed["summary"] == whole["summary"]  # the same numbers as an unbroken run
 
 
+def test_a_rerun_with_other_settings_is_refused_not_mixed_in(tmp_path, data):
+    """Cells are found by name (variant, depth, lr, warm-up, seed); a rerun into the same
+    directory with another width or length would otherwise report the old cells' numbers
+    under the new settings."""
+    small = {**TINY, "variants": ("pre-ln",), "warmups": (0,), "seeds": 1}
+    out = str(tmp_path / "exp")
+    first = run_experiment(ExperimentConfig(name="depth", data=data, **small), out, jobs=1,
+                           progress=False)  # fmt: skip
+    again = run_experiment(ExperimentConfig(name="depth", data=data, **small), out, jobs=1,
+                           progress=False)  # fmt: skip
+    assert again["summary"] == first["summary"]  # the same flags: the finished cells stand
+    for change, named in (({"n_embd": 32}, "n_embd is 32"), ({"max_iters": 18}, "lr_decay")):
+        cfg = ExperimentConfig(name="depth", data=data, **{**small, **change})
+        with pytest.raises(ValueError, match=f"other settings.*{named}.*another --out-dir"):
+            run_experiment(cfg, out, jobs=1, progress=False)
+    assert json.load(open(os.path.join(out, "summary.json")))["config"]["n_embd"] == 16
+
+
 def test_a_cell_cut_short_resumes_from_its_checkpoint(tmp_path, data):
     cfg = ExperimentConfig(name="depth", data=data, **TINY)
     (_, cell), *_ = cfg.cells(str(tmp_path))

@@ -35,13 +35,20 @@ from dataclasses import dataclass
 import numpy as np
 
 from resgrad.formats.atomic import atomic_write_bytes, atomic_write_text
+from resgrad.formats.checkpoint import LAST
 from resgrad.formats.lock import lock_dir
 from resgrad.formats.records import to_csv
 from resgrad.lab.sweep import check_backend, run_grid, sidecar_path
 from resgrad.plots import figure_bytes, new_figure
 from resgrad.train.data import load_corpus, unigram_entropy
 from resgrad.train.dynamics import read_dynamics
-from resgrad.train.loop import TrainConfig, TrainingDiverged, read_metrics, resume_config, train
+from resgrad.train.loop import (
+    TrainConfig,
+    TrainingDiverged,
+    check_resumable,
+    read_metrics,
+    train,
+)
 
 __all__ = [
     "EXPERIMENTS",
@@ -172,8 +179,8 @@ def run_cell(cfg: TrainConfig) -> list[dict]:
     Returns one row (see ROW_FIELDS); a diverged run is a row with ``diverged`` True
     and the losses of its last evaluation, not an error.
     """
-    if os.path.exists(os.path.join(cfg.out_dir, "last.ckpt")):
-        cfg = resume_config(cfg.out_dir, max_iters=cfg.max_iters)
+    if os.path.exists(os.path.join(cfg.out_dir, LAST)):  # its settings: checked up front
+        cfg = dataclasses.replace(cfg, resume=True)
     row = {"variant": cfg.variant, "n_layer": cfg.n_layer, "lr": cfg.lr,
            "warmup_iters": cfg.warmup_iters, "seed": cfg.seed}  # fmt: skip
     diverged = False
@@ -332,6 +339,15 @@ def run_experiment(
 
 def _run_experiment(cfg, out_dir, jobs, backend, scheduler, connect_timeout, progress, threads):
     cells = cfg.cells(out_dir)
+    for _, c in cells:  # a cell trained before with other settings is refused, never mixed in
+        if os.path.exists(os.path.join(c.out_dir, LAST)):
+            try:
+                check_resumable(c)
+            except ValueError as e:
+                raise ValueError(
+                    f"{out_dir!r} holds this experiment run with other settings ({e}); run it "
+                    "with the same flags to resume it, or choose another --out-dir"
+                ) from None
     keys = [json.dumps([c.variant, c.n_layer, c.lr, c.warmup_iters, c.seed]) for _, c in cells]
     side = sidecar_path(os.path.join(out_dir, "cells.csv"))
     grid = run_grid(list(zip(keys, [c for _, c in cells])), run_cell, side, jobs=jobs,

@@ -86,6 +86,7 @@ __all__ = [
     "TrainResult",
     "StepResult",
     "TrainingDiverged",
+    "check_resumable",
     "depth_train",
     "draw_losses",
     "estimate_loss",
@@ -476,6 +477,13 @@ def resume_config(out_dir: str, **overrides) -> TrainConfig:
     return TrainConfig(
         **{**_BEFORE_RECORDED, **saved, **overrides, "out_dir": out_dir, "resume": True}
     )
+
+
+def check_resumable(cfg: TrainConfig) -> None:
+    """Raise ValueError unless ``cfg`` may resume the run in ``cfg.out_dir``: every setting
+    but RESUMABLE must be the one its checkpoint was trained with."""
+    path = os.path.join(cfg.out_dir, LAST)
+    _check_resumable(cfg, load_checkpoint(path).config.get("train", {}), path)
 
 
 def _check_resumable(cfg: TrainConfig, saved: dict, path: str) -> None:
