@@ -168,10 +168,22 @@ def test_a_real_memory_error_is_one_line(tmp_path):
 # -- 3: a data path that is not a regular file
 
 
-@pytest.mark.parametrize("data", ["/dev/zero", "/dev/null"])
+@pytest.mark.parametrize("data", ["/dev/zero", "/dev/null", "fifo", "dir"])
 def test_data_that_is_not_a_regular_file_is_refused(tmp_path, data):
+    if data == "fifo":  # a named pipe nobody writes to: opening it must not wait for one
+        data = str(tmp_path / "fifo")
+        os.mkfifo(data)
+    elif data == "dir":
+        data = str(tmp_path)
     p = resgrad("train", "--data", data, "--out-dir", tmp_path / "o", *TINY, timeout=60)
     one_error_line(p, repr(data), "not a regular file")
+
+
+def test_missing_data_is_named_as_missing(tmp_path):
+    missing = str(tmp_path / "nope.txt")
+    p = resgrad("train", "--data", missing, "--out-dir", tmp_path / "o", *TINY, timeout=60)
+    line = one_error_line(p, repr(missing), "does not exist")
+    assert "Errno" not in line
 
 
 # -- 4: an evaluation too long to be useful is refused, saying why

@@ -145,12 +145,19 @@ def read_text(path: str | os.PathLike) -> str:
     Only a regular file is read (not ``/dev/zero``, a pipe or a directory), and at
     most ``MAX_DATA_BYTES``: a larger text is refused rather than read into memory.
     """
-    with open(path, "rb") as f:
-        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-            raise ValueError(
-                f"data {os.fspath(path)!r} is not a regular file (a device, pipe or "
-                "directory); give a UTF-8 text file"
-            )
+    try:  # non-blocking: opening a pipe that has no writer would wait for one forever
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except FileNotFoundError:
+        raise FileNotFoundError(
+            f"data file {os.fspath(path)!r} does not exist; give a UTF-8 text file"
+        ) from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ValueError(
+            f"data {os.fspath(path)!r} is not a regular file (a device, pipe or "
+            "directory); give a UTF-8 text file"
+        )
+    with os.fdopen(fd, "rb") as f:
         raw = f.read(MAX_DATA_BYTES + 1)  # bounded even if the file grows while we read
     if len(raw) > MAX_DATA_BYTES:
         raise ValueError(
