@@ -179,6 +179,15 @@ def test_data_that_is_not_a_regular_file_is_refused(tmp_path, data):
     one_error_line(p, repr(data), "not a regular file")
 
 
+def test_a_diverging_run_prints_its_one_line_and_no_numpy_warnings(tmp_path, text):
+    """A learning rate of 1e30 overflows the update: the run stops on one line (exit 1),
+    with no RuntimeWarning from the dynamics' norms of the inf weights before it."""
+    p = resgrad("train", "--data", text, "--out-dir", tmp_path / "o", *TINY, "--lr", "1e30",
+                "--grad-clip", "0", "--max-iters", "20", timeout=120)  # fmt: skip
+    assert p.returncode == 1, p.stderr
+    assert "training stopped" in p.stderr and "Warning" not in p.stderr, p.stderr
+
+
 def test_missing_data_is_named_as_missing(tmp_path):
     missing = str(tmp_path / "nope.txt")
     p = resgrad("train", "--data", missing, "--out-dir", tmp_path / "o", *TINY, timeout=60)

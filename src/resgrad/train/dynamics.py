@@ -154,11 +154,11 @@ def update_ratios(
     ``before`` (:func:`snapshot_blocks`) is spent: each copy's buffer takes its update.
     """
     dw2, w2 = np.zeros(n_layer), np.zeros(n_layer)  # (L,), (L,) sums of squares
-    for k, w0 in before.items():
-        i = int(k.split(".", 2)[1])
-        w2[i] += sum_sq(w0)
-        dw2[i] += sum_sq(np.subtract(params[k], w0, out=w0))  # w_after - w_before, in place
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(all="ignore"):  # a diverging update: inf (its record says so)
+        for k, w0 in before.items():
+            i = int(k.split(".", 2)[1])
+            w2[i] += sum_sq(w0)
+            dw2[i] += sum_sq(np.subtract(params[k], w0, out=w0))  # w_after - w_before, in place
         return np.sqrt(dw2) / np.sqrt(w2)  # (L,); a block of all-zero weights: inf or nan
 
 
@@ -321,6 +321,13 @@ class DynamicsMonitor:
 
     def observe(self, record: np.ndarray) -> list[str]:
         """Check one step's record; say and return the warnings it triggers."""
+        with np.errstate(all="ignore"):  # a diverging step's inf and NaN: the trainer names it
+            said = self._check(record)
+        for line in said:
+            self.say(line)
+        return said
+
+    def _check(self, record: np.ndarray) -> list[str]:
         step = int(record["step"])
         said = []
         grad = record["grad"].astype(np.float64)  # (L,)
@@ -347,6 +354,4 @@ class DynamicsMonitor:
                     f"outside [{lo:g}, {hi:g}]"
                 )
                 self._last["update"] = step
-        for line in said:
-            self.say(line)
         return said
