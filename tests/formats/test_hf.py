@@ -357,9 +357,7 @@ def test_a_bpe_trained_here_is_the_tokenizer_transformers_reads(torch, transform
     model = GPT(cfg, seed=0, dtype=np.float64)
     randomize_params(model.params, np.random.default_rng(1))
     export_hf(model, tmp_path / "bpe", tokenizer_json=bpe.to_json())
-    fast = transformers.PreTrainedTokenizerFast(
-        tokenizer_file=str(tmp_path / "bpe" / "tokenizer.json")
-    )
+    fast = transformers.AutoTokenizer.from_pretrained(tmp_path / "bpe")  # as a user loads it
     sample = "the gradient carries the stream home, residually."
     ours = load_tokenizer_dir(tmp_path / "bpe").encode(sample)
     assert fast(sample)["input_ids"] == ours.tolist() == bpe.encode(sample).tolist()
@@ -369,6 +367,22 @@ def test_a_bpe_trained_here_is_the_tokenizer_transformers_reads(torch, transform
     idx = ours[None, :]
     ref = hf(torch.from_numpy(idx)).logits.detach().numpy()
     assert np.abs(model.forward(idx)[0] - ref).max() / np.abs(ref).max() < LOGITS_TOL_64
+
+
+def test_a_character_vocabulary_is_the_tokenizer_transformers_reads(transformers, tmp_path):
+    """A character-level run exported: AutoTokenizer gives resgrad's ids, spaces and
+    newlines included, and decodes them back to the text."""
+    from resgrad.train.bpe import char_tokenizer_json
+    from resgrad.train.data import CharTokenizer
+
+    chars = CharTokenizer.from_text("def f(x):\n    return x + 1\n")
+    model = GPT(GPTConfig(vocab_size=chars.vocab_size, block_size=8, n_layer=1, n_head=2,
+                          n_embd=8), seed=0)  # fmt: skip
+    export_hf(model, tmp_path / "chars", tokenizer_json=char_tokenizer_json(chars.chars))
+    fast = transformers.AutoTokenizer.from_pretrained(tmp_path / "chars")
+    text = "def f(x):\n  return 1 + x"
+    assert fast(text)["input_ids"] == chars.encode(text).tolist()
+    assert fast.decode(chars.encode(text).tolist()) == text
 
 
 def test_a_directory_laid_out_as_the_hub_serves_gpt2(tmp_path):

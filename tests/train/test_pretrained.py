@@ -164,6 +164,40 @@ def test_train_bpe_sample_and_export(tmp_path, text_file, capsys, monkeypatch):
     assert sample_pretrained(hf, "the", 4, seed=1).startswith("the")
 
 
+def test_a_character_level_run_exports_its_vocabulary(tmp_path, text_file, capsys):
+    """The default run (characters) exported is a directory resgrad samples from, fine-tunes
+    and reads back as the same characters; before, it was written without a tokenizer."""
+    from tokenizers import Tokenizer
+
+    from resgrad.train.data import CharTokenizer
+
+    out, hf = str(tmp_path / "run"), str(tmp_path / "hf")
+    args = ["train", "--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--block-size", "8",
+            "--batch-size", "4", "--max-iters", "3", "--eval-interval", "3", "--eval-iters", "1",
+            "--data", text_file, "--out-dir", out]  # fmt: skip
+    assert main(args) == 0
+    assert main(["export", "--checkpoint", out, "--out-dir", hf]) == 0
+    assert "tokenizer.json" in capsys.readouterr().out
+    run_model, run_tok, _ = load_model(out)
+    model, tok = load_pretrained(hf)
+    assert isinstance(tok, CharTokenizer) and tok.chars == run_tok.chars
+    # what transformers reads (tokenizers' own file) gives the same ids, and joins them back
+    raw = Tokenizer.from_file(os.path.join(hf, "tokenizer.json"))
+    text = "the lazy dog.  jumps"
+    assert raw.encode(text).ids == run_tok.encode(text).tolist()
+    assert raw.decode(run_tok.encode(text).tolist()) == text
+    ids = run_tok.encode("the ")  # the same model and tokenizer: the same sample
+    same = [generate(m, ids[None], 6, np.random.default_rng(4)) for m in (run_model, model)]
+    np.testing.assert_array_equal(same[0], same[1])
+    with pytest.raises(ValueError, match="'Q'"):  # not in the vocabulary: named, not dropped
+        sample_pretrained(hf, "Quick", 3)
+    ft = ["train", "--init-from", hf, "--block-size", "8", "--batch-size", "4", "--max-iters",
+          "2", "--eval-interval", "2", "--eval-iters", "1", "--data", text_file,
+          "--out-dir", str(tmp_path / "ft")]  # fmt: skip
+    assert main(ft) == 0  # fine-tunes, and records the characters as a char run does
+    assert load_checkpoint(os.path.join(tmp_path, "ft", "last.ckpt")).tokenizer["kind"] == "char"
+
+
 @pytest.mark.parametrize(
     "extra, needle",
     [

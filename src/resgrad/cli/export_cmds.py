@@ -13,8 +13,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="write a trained checkpoint as a Hugging Face GPT-2 directory",
         description="Write the checkpoint of a resgrad run (pre-ln only: GPT-2's config cannot "
         "express another residual scheme) as config.json and model.safetensors in --out-dir, "
-        "which transformers.GPT2LMHeadModel.from_pretrained loads; a BPE run's tokenizer.json "
-        "is written beside them.",
+        "which transformers.GPT2LMHeadModel.from_pretrained loads, with the run's tokenizer "
+        "(its BPE, or its characters) as tokenizer.json beside them.",
     )
     p.add_argument("--format", choices=FORMATS, default="hf", help="default: hf")
     p.add_argument(

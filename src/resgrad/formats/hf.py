@@ -75,6 +75,7 @@ _BUFFER = re.compile(r"h\.\d+\.attn\.(bias|masked_bias)$")  # causal-mask buffer
 _ACTIVATIONS = ("gelu_new", "gelu_pytorch_tanh")  # GPT-2's tanh GELU, resgrad's gelu
 HUB_MODELS = ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl")  # openai-community/<name>
 CONFIG, WEIGHTS, INDEX = "config.json", "model.safetensors", "model.safetensors.index.json"
+TOKENIZER_CONFIG = {"tokenizer_class": "PreTrainedTokenizerFast"}  # run tokenizer.json as it is
 
 __doc__ += "\n".join(
     f"    {ours:<24} {theirs:<26} {'T' if t else ''}" for ours, (theirs, t) in HF_NAMES.items()
@@ -392,7 +393,10 @@ def export_hf(model: GPT, out_dir: str | os.PathLike, tokenizer_json: str | None
 
     Writes ``config.json`` and ``model.safetensors`` (the model's dtype, names as
     ``GPT2LMHeadModel.save_pretrained`` writes them, no ``lm_head.weight``: it is tied),
-    and ``tokenizer.json`` when ``tokenizer_json`` is given. A model without biases
+    and ``tokenizer.json`` when ``tokenizer_json`` is given, with a ``tokenizer_config.json``
+    that names ``PreTrainedTokenizerFast``: ``AutoTokenizer.from_pretrained`` then runs
+    that file as it is, where GPT-2's tokenizer class would put its own byte-level steps
+    in front of it (and drop the spaces of a character vocabulary). A model without biases
     (``bias=False``) is written with zero biases, which computes the same function.
     Each file is written atomically; ``out_dir`` is created if missing.
 
@@ -424,6 +428,7 @@ def export_hf(model: GPT, out_dir: str | os.PathLike, tokenizer_json: str | None
     atomic_write_text(os.path.join(d, CONFIG), json.dumps(hf_config(cfg), indent=2) + "\n")
     if tokenizer_json is not None:
         atomic_write_text(os.path.join(d, "tokenizer.json"), tokenizer_json)
+        atomic_write_text(os.path.join(d, "tokenizer_config.json"), json.dumps(TOKENIZER_CONFIG))
 
 
 # --------------------------------------------------------------------------- hub names

@@ -9,10 +9,16 @@ the sampler take either.
 Checkpoints record their tokenizer with :func:`tokenizer_record`: ``{"kind": "char"}``
 (the vocabulary is the checkpoint's ``vocab`` string, as before) or ``{"kind": "bpe",
 "json": <the tokenizer.json text>}``; :func:`tokenizer_from_record` reads either back.
+
+A character vocabulary leaves resgrad as a ``tokenizer.json`` too
+(:func:`char_tokenizer_json`, written by ``resgrad export``), so that transformers can
+read an exported character-level run; :func:`load_tokenizer_dir` reads it back as the
+:class:`~resgrad.train.data.CharTokenizer` it was.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable
 from typing import Any
@@ -25,6 +31,7 @@ __all__ = [
     "KINDS",
     "MIN_BPE_VOCAB",
     "BPETokenizer",
+    "char_tokenizer_json",
     "check_vocab",
     "load_tokenizer_dir",
     "tokenizer_from_record",
@@ -137,9 +144,43 @@ def train_bpe(text: str, vocab_size: int) -> BPETokenizer:
     return BPETokenizer(tok)
 
 
-def load_tokenizer_dir(path: str | os.PathLike) -> BPETokenizer | None:
+def char_tokenizer_json(chars: str) -> str:
+    """A character vocabulary (token i is ``chars[i]``) as a ``tokenizer.json`` text.
+
+    It is a ``tokenizers`` BPE with no merges, so each character is a token, and a
+    decoder that joins tokens as they are: what transformers needs to read an exported
+    character-level run. A character outside the vocabulary encodes to nothing there;
+    resgrad reads the file back as a CharTokenizer, which refuses it by name.
+    """
+    from tokenizers import Tokenizer, decoders, models
+
+    tok = Tokenizer(models.BPE(vocab={c: i for i, c in enumerate(chars)}, merges=[]))
+    tok.decoder = decoders.Fuse()
+    return tok.to_str()
+
+
+def _char_vocabulary(spec: dict[str, Any]) -> str | None:
+    """The characters of a :func:`char_tokenizer_json` tokenizer; None for any other."""
+    model = spec.get("model") or {}
+    if (
+        model.get("type") != "BPE"
+        or model.get("merges")
+        or spec.get("pre_tokenizer") is not None
+        or spec.get("added_tokens")
+        or (spec.get("decoder") or {}).get("type") != "Fuse"
+    ):
+        return None
+    vocab = model.get("vocab") or {}
+    chars = sorted(vocab, key=vocab.get)  # by id
+    if [vocab[c] for c in chars] != list(range(len(chars))) or any(len(c) != 1 for c in chars):
+        return None
+    return "".join(chars) or None
+
+
+def load_tokenizer_dir(path: str | os.PathLike) -> BPETokenizer | CharTokenizer | None:
     """The tokenizer of a model directory: ``tokenizer.json``, else ``vocab.json`` +
-    ``merges.txt`` (GPT-2's byte-level BPE); None when it has neither.
+    ``merges.txt`` (GPT-2's byte-level BPE); None when it has neither. A
+    :func:`char_tokenizer_json` file is the CharTokenizer it was written from.
 
     Raises
     ------
@@ -152,7 +193,10 @@ def load_tokenizer_dir(path: str | os.PathLike) -> BPETokenizer | None:
     tj, vocab, merges = (os.path.join(d, n) for n in ("tokenizer.json", "vocab.json", "merges.txt"))
     try:
         if os.path.exists(tj):
-            return BPETokenizer(Tokenizer.from_file(tj))
+            with open(tj, encoding="utf-8") as f:
+                text = f.read()
+            chars = _char_vocabulary(json.loads(text))
+            return CharTokenizer(chars) if chars else BPETokenizer(Tokenizer.from_str(text))
         if os.path.exists(vocab) and os.path.exists(merges):
             return BPETokenizer(_byte_level(Tokenizer(models.BPE.from_file(vocab, merges))))
     except Exception as e:  # tokenizers raises its own Exception subclasses

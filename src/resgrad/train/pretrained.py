@@ -22,7 +22,8 @@ import numpy as np
 
 from resgrad.formats.hf import export_hf, load_hf, resolve_pretrained
 from resgrad.nn.model import GPT
-from resgrad.train.bpe import BPETokenizer, check_vocab, load_tokenizer_dir
+from resgrad.train.bpe import BPETokenizer, char_tokenizer_json, check_vocab, load_tokenizer_dir
+from resgrad.train.data import CharTokenizer
 from resgrad.train.sample import continue_text, load_model
 
 __all__ = ["encode_prompt", "export_checkpoint", "load_pretrained", "sample_pretrained"]
@@ -30,7 +31,7 @@ __all__ = ["encode_prompt", "export_checkpoint", "load_pretrained", "sample_pret
 
 def load_pretrained(
     name_or_path: str | os.PathLike, dtype: Any = np.float32
-) -> tuple[GPT, BPETokenizer]:
+) -> tuple[GPT, BPETokenizer | CharTokenizer]:
     """The model and tokenizer that ``name_or_path`` names.
 
     Every use (sampling, fine-tuning, the flow of a real text) reads text, so a model
@@ -111,15 +112,13 @@ def export_checkpoint(
     path: str | os.PathLike, out_dir: str | os.PathLike, best: bool = False
 ) -> str:
     """Write a resgrad checkpoint (a run directory's last.ckpt or best.ckpt, or a file) as a
-    Hugging Face GPT-2 directory, with its ``tokenizer.json`` when it is a BPE.
-
-    A character-level run has no GPT-2 tokenizer to write: the directory then holds the
-    model alone (its vocabulary stays in the resgrad checkpoint).
+    Hugging Face GPT-2 directory, with its tokenizer as ``tokenizer.json``: the BPE's, or
+    a character-level run's vocabulary (:func:`resgrad.train.bpe.char_tokenizer_json`).
 
     Returns
     -------
     str
-        What was written beside the weights: ``"tokenizer.json"`` or ``""``.
+        What was written beside the weights: ``"tokenizer.json"``.
 
     Raises
     ------
@@ -127,6 +126,6 @@ def export_checkpoint(
         A variant other than pre-ln, or an unreadable checkpoint.
     """
     model, tok, _ = load_model(path, best)
-    tj = tok.to_json() if isinstance(tok, BPETokenizer) else None
+    tj = tok.to_json() if isinstance(tok, BPETokenizer) else char_tokenizer_json(tok.chars)
     export_hf(model, out_dir, tokenizer_json=tj)
-    return "" if tj is None else "tokenizer.json"
+    return "tokenizer.json"
