@@ -200,8 +200,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     res = _run("train", train, cfg, progress=None, fits=fits)
     if res is None:
         return 1
+    resumed = f" ({res.start} to {res.iterations})" if res.start else ""  # this call's
     print(
-        f"done: {res.iterations} iterations in {res.seconds:.1f} s "
+        f"done: {res.iterations - res.start} iterations{resumed} in {res.seconds:.1f} s "
         f"({res.ms_per_iter:.1f} ms per iteration); train loss {res.train_loss:.4f}, "
         f"val loss {res.val_loss:.4f}, best val loss {res.best_val_loss:.4f}; in {res.out_dir}"
     )

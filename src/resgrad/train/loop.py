@@ -257,6 +257,7 @@ class TrainResult:
     seconds: float  # wall time of this call
     ms_per_iter: float  # mean wall time of one step in this call (evaluations excluded)
     out_dir: str
+    start: int = 0  # the iteration this call began at: a resumed run's checkpoint
 
 
 # --------------------------------------------------------------------------- metrics
@@ -597,7 +598,7 @@ def _fresh_model(cfg: TrainConfig) -> tuple[Corpus, GPT]:
         model, tok = load_pretrained(cfg.init_from)
         if cfg.block_size > model.cfg.block_size:
             raise ValueError(
-                f"block_size {cfg.block_size} exceeds {cfg.init_from!r}'s context of "
+                f"block_size {cfg.block_size} exceeds the context of {cfg.init_from!r}, "
                 f"{model.cfg.block_size} positions"
             )
         model.cfg = dataclasses.replace(model.cfg, dropout=cfg.dropout)
@@ -821,6 +822,7 @@ def train(
         seconds=time.perf_counter() - t_start,
         ms_per_iter=1e3 * step_seconds / max(n_steps, 1),
         out_dir=out_dir,
+        start=start,
     )
 
 
