@@ -208,6 +208,41 @@ def test_unreachable_scheduler_fails_fast_and_leaves_nothing(tmp_path):
     assert os.listdir(tmp_path) == []
 
 
+@pytest.mark.parametrize("reply", [b"", b"HTTP/1.0 400 Bad Request\r\n\r\n"])
+def test_a_service_that_is_not_a_dask_scheduler_is_refused_at_once(tmp_path, reply):
+    """Something else listening at the address: a web server that waits to be asked (the
+    client used to wait on it past any timeout) or one that answers at once (its reply
+    was read as a frame length: 'Unable to allocate 3.07 EiB')."""
+    import socket
+    import threading
+
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+    stop = threading.Event()
+
+    def serve():
+        conn, _ = server.accept()
+        with conn:
+            conn.sendall(reply)
+            stop.wait(30)
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    said = "sent nothing within 1 s" if not reply else "answered 'HTTP/1.0'"
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(ConnectionError, match=f"is not a Dask scheduler: .*{said}"):
+            run_sweep(
+                GRID, tmp_path / "s.csv", backend="dask", scheduler=f"tcp://127.0.0.1:{port}",
+                connect_timeout=1.0, progress=False,
+            )  # fmt: skip
+    finally:
+        stop.set()
+        server.close()
+    assert time.monotonic() - t0 < 15
+    assert os.listdir(tmp_path) == []
+
+
 @pytest.mark.parametrize(
     "kwargs, exc, msg",
     [

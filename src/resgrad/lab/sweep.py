@@ -299,13 +299,50 @@ def _connect(scheduler: str, timeout: float):
         raise ValueError(
             f"scheduler {scheduler!r} is not a Dask scheduler address such as tcp://HOST:8786 ({e})"
         ) from None
+    _probe(scheduler, timeout)
     try:
         return Client(scheduler, timeout=timeout, set_as_default=False)
-    except (OSError, ValueError, TimeoutError) as e:
+    except (OSError, ValueError, TimeoutError, MemoryError) as e:
         reason = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise ConnectionError(
             f"cannot reach the Dask scheduler at {scheduler!r} within {timeout:g} s: {reason}"
         ) from None
+
+
+def _probe(scheduler: str, timeout: float) -> None:
+    """Refuse a ``tcp://`` address where something other than a Dask scheduler listens.
+
+    A Dask scheduler speaks first: it sends its handshake as soon as a connection is
+    accepted (``tests/lab/test_sweep.py`` holds a real one to that). A web server says
+    nothing until it is asked, and a Dask client would wait on it, or read a proxy's
+    reply as a frame length and try to allocate exabytes. The probe connects, reads
+    what comes within ``timeout`` and closes; an address nothing listens on is left to
+    the client's own error.
+    """
+    import socket
+    from urllib.parse import urlsplit
+
+    if not scheduler.startswith("tcp://"):
+        return  # tls:// and the rest: their handshake starts elsewhere
+    where = urlsplit(scheduler)
+    try:
+        conn = socket.create_connection((where.hostname, where.port), timeout=timeout)
+    except OSError:
+        return  # nothing there: the client says so, within its timeout
+    with conn:
+        try:
+            first = conn.recv(16)
+        except TimeoutError:
+            first = None
+        except OSError:
+            return
+    said = None
+    if first is None:
+        said = f"something listens there but sent nothing within {timeout:g} s"
+    elif first[:5] in (b"HTTP/", b"<!DOC", b"<html", b"SSH-2"):
+        said = f"it answered {first.decode('ascii', 'replace').split()[0]!r}"
+    if said is not None:
+        raise ConnectionError(f"{scheduler!r} is not a Dask scheduler: {said}")
 
 
 @dataclass(frozen=True)
