@@ -177,6 +177,7 @@ def test_data_that_is_not_a_regular_file_is_refused(tmp_path, data):
         data = str(tmp_path)
     p = resgrad("train", "--data", data, "--out-dir", tmp_path / "o", *TINY, timeout=60)
     one_error_line(p, repr(data), "not a regular file")
+    assert not (tmp_path / "o").exists()  # refused before the run's directory is made
 
 
 def test_a_diverging_run_prints_its_one_line_and_no_numpy_warnings(tmp_path, text):

@@ -31,6 +31,7 @@ __all__ = [
     "VAL_FRACTION",
     "CharTokenizer",
     "Corpus",
+    "check_text_file",
     "default_corpus",
     "get_batch",
     "load_corpus",
@@ -139,12 +140,8 @@ class Corpus:
 MAX_DATA_BYTES = 2**30  # 1 GiB: a character-level NumPy model has no use for more text
 
 
-def read_text(path: str | os.PathLike) -> str:
-    """A UTF-8 text file's content; a clear ValueError if it is empty or not UTF-8.
-
-    Only a regular file is read (not ``/dev/zero``, a pipe or a directory), and at
-    most ``MAX_DATA_BYTES``: a larger text is refused rather than read into memory.
-    """
+def _open_regular(path: str | os.PathLike) -> int:
+    """A read-only descriptor of ``path``; a clear error unless it is a regular file."""
     try:  # non-blocking: opening a pipe that has no writer would wait for one forever
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except FileNotFoundError:
@@ -157,6 +154,22 @@ def read_text(path: str | os.PathLike) -> str:
             f"data {os.fspath(path)!r} is not a regular file (a device, pipe or "
             "directory); give a UTF-8 text file"
         )
+    return fd
+
+
+def check_text_file(path: str | os.PathLike) -> None:
+    """Refuse, as :func:`read_text` would, a path that is missing or not a regular file,
+    before a command creates anything (a run's directory) on the way to reading it."""
+    os.close(_open_regular(path))
+
+
+def read_text(path: str | os.PathLike) -> str:
+    """A UTF-8 text file's content; a clear ValueError if it is empty or not UTF-8.
+
+    Only a regular file is read (not ``/dev/zero``, a pipe or a directory), and at
+    most ``MAX_DATA_BYTES``: a larger text is refused rather than read into memory.
+    """
+    fd = _open_regular(path)
     with os.fdopen(fd, "rb") as f:
         raw = f.read(MAX_DATA_BYTES + 1)  # bounded even if the file grows while we read
     if len(raw) > MAX_DATA_BYTES:

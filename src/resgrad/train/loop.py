@@ -60,7 +60,7 @@ from resgrad.nn.blocks import INITS, VARIANTS
 from resgrad.nn.model import GPT, GPTConfig, per_block_norms
 from resgrad.plots import figure_bytes, new_figure
 from resgrad.train.bpe import KINDS, MIN_BPE_VOCAB, tokenizer_from_record, tokenizer_record
-from resgrad.train.data import Corpus, get_batch, load_corpus, unigram_entropy
+from resgrad.train.data import Corpus, check_text_file, get_batch, load_corpus, unigram_entropy
 from resgrad.train.dynamics import (
     DynamicsMonitor,
     DynamicsWriter,
@@ -640,6 +640,8 @@ def _holding_out_dir(*names: str):
     def wrap(fn):
         @functools.wraps(fn)
         def run(cfg, *args, **kwargs):
+            if getattr(cfg, "data", None) is not None:  # a bad path leaves no directory
+                check_text_file(cfg.data)
             os.makedirs(cfg.out_dir, exist_ok=True)
             with lock_dir(cfg.out_dir):
                 removed = remove_stale_temporaries(cfg.out_dir, names)
