@@ -57,6 +57,22 @@ def test_compare_labels_runs_by_what_differs(runs):
     np.testing.assert_allclose(prof, last.mean(axis=0), rtol=1e-6)
 
 
+def test_compare_names_the_runs_below_the_panels_however_long_their_labels(runs, monkeypatch):
+    """Runs that differ in many settings: their labels wrap in one key under the panels,
+    inside the figure, instead of a legend in each panel running over the curves."""
+    from resgrad.lab import runs as R
+
+    long = [", ".join(f"setting_{k}={k * (j + 1)}" for k in range(12)) for j in range(2)]
+    monkeypatch.setattr(R, "run_labels", lambda configs, dirs: long)
+    fig = compare_figure([read_dynamics(d) for d in runs], "grad")
+    (key,) = fig.legends
+    assert [t.get_text().replace("\n", " ") for t in key.get_texts()] == long
+    fig.canvas.draw()
+    box, panels = key.get_window_extent(), [ax.get_window_extent() for ax in fig.axes]
+    assert fig.bbox.x0 <= box.x0 and box.x1 <= fig.bbox.x1 and fig.bbox.y0 <= box.y0
+    assert box.y1 <= min(p.y0 for p in panels)  # below the panels, not over them
+
+
 def test_the_commands_draw_files(runs, tmp_path, capsys):
     assert main(["dynamics", runs[0], "--quantities", "grad,update", "--layers", "0,2"]) == 0
     assert os.path.getsize(os.path.join(runs[0], "dynamics.png")) > 1000

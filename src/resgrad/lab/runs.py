@@ -13,7 +13,9 @@ labelled by the settings in which it differs from the others.
 
 from __future__ import annotations
 
+import math
 import os
+import textwrap
 from collections.abc import Sequence
 
 import numpy as np
@@ -32,6 +34,7 @@ __all__ = [
 
 QUANTITIES = tuple(PER_BLOCK)
 # settings that never say how two runs differ as experiments
+RUN_LABEL_WIDTH = 70  # characters of a run's label per line in compare's key
 _NOT_A_DIFFERENCE = ("out_dir", "resume", "max_iters", "eval_interval", "eval_iters")
 
 
@@ -144,6 +147,7 @@ def compare_figure(
     the chosen layers (solid: the first, then dashed, dotted); its profile across
     layers, averaged over the last ``tail`` fraction of each run's steps.
     """
+    from matplotlib.lines import Line2D
     from matplotlib.ticker import MaxNLocator
 
     (quantity,) = _check_quantities([quantity])
@@ -184,6 +188,21 @@ def compare_figure(
     ax_prof.xaxis.set_major_locator(MaxNLocator(integer=True))
     for ax in (ax_loss, ax_step, ax_prof):
         ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=7, loc="best")
-    fig.tight_layout()
+    # the panels' legends key the line styles; one key below them names the runs' colours,
+    # so labels of many differing settings wrap there instead of covering the curves
+    key = {"train (per step, smoothed)": {}, "val (eval)": {"ls": "--", "marker": "o", "ms": 3.5}}
+    ax_loss.legend(handles=[Line2D([], [], color="0.35", label=k, **kw) for k, kw in key.items()],
+                   fontsize=7, loc="best")  # fmt: skip
+    ax_step.legend(handles=[Line2D([], [], color="0.35", ls=styles[j % len(styles)],
+                                   label=f"block {i}") for j, i in enumerate(layers)],
+                   fontsize=7, loc="best")  # fmt: skip
+    wrapped = ["\n".join(textwrap.wrap(label, RUN_LABEL_WIDTH)) or label for label in labels]
+    ncol = 1 if max(len(label) for label in labels) > RUN_LABEL_WIDTH // 2 else min(3, len(labels))
+    rows = max(w.count("\n") + 1 for w in wrapped) * math.ceil(len(labels) / ncol)
+    key_h = 0.25 + 0.16 * rows  # inches: 8-point lines and a margin
+    fig.set_figheight(fig.get_figheight() + key_h)
+    fig.legend(handles=[Line2D([], [], color=f"C{k % 10}", lw=2.5, label=w)
+                        for k, w in enumerate(wrapped)],
+               loc="lower center", ncol=ncol, fontsize=8, frameon=False)  # fmt: skip
+    fig.tight_layout(rect=(0, key_h / fig.get_figheight(), 1, 1))
     return fig
