@@ -189,6 +189,36 @@ def test_a_diverging_run_prints_its_one_line_and_no_numpy_warnings(tmp_path, tex
     assert "training stopped" in p.stderr and "Warning" not in p.stderr, p.stderr
 
 
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["experiment", "residual", "--depths", "1000000000000", "--seeds", "1"], "largest L="),
+        (["experiment", "residual", "--seeds", "1000000000000"], "at most 100,000"),
+        (["claims", "update-size", "--seeds", "1", "--depths", "1000000000000"], "depth 1000"),
+        (["sweep", "--seeds", "1000000000000", "--out", "{tmp}/s.csv"], "at most 100,000"),
+    ],
+)
+def test_grids_and_stacks_too_large_are_refused_at_once_leaving_nothing(tmp_path, args, needle):
+    """They hung (building a list of 10^12 cells, or a 10^12-layer model), and the
+    experiment left its directory behind."""
+    args = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    out = ["--out-dir", tmp_path / "ex"] if args[0] == "experiment" else []
+    p = resgrad(*args, *out, timeout=60)
+    one_error_line(p, needle)
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_run_refused_on_its_text_leaves_no_directory(tmp_path):
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    p = resgrad("train", "--data", empty, "--out-dir", tmp_path / "o", *TINY, timeout=60)
+    one_error_line(p, "is empty")
+    grid = ["--depths", "1", "--seeds", "1", "--max-iters", "2", "--warmups", "0"]
+    p = resgrad("experiment", "residual", *grid, "--data", empty, "--out-dir", tmp_path / "ex")
+    one_error_line(p, "is empty")
+    assert os.listdir(tmp_path) == ["empty.txt"]
+
+
 def test_missing_data_is_named_as_missing(tmp_path):
     missing = str(tmp_path / "nope.txt")
     p = resgrad("train", "--data", missing, "--out-dir", tmp_path / "o", *TINY, timeout=60)

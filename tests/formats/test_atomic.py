@@ -71,3 +71,12 @@ def test_stale_temporaries_of_a_killed_write_are_removed_and_nothing_else(tmp_pa
     seen = []
     atomic_write(tmp_path / "last.ckpt", lambda f: seen.extend(os.listdir(tmp_path)))
     assert any(n.startswith(".last.ckpt.") and n.endswith(".tmp") for n in seen)
+
+
+def test_a_destination_that_cannot_be_written_is_named_not_its_temporary(tmp_path):
+    (tmp_path / "d.png").mkdir()
+    with pytest.raises(IsADirectoryError, match=r"cannot write '.*d\.png': it is a directory"):
+        atomic_write_bytes(tmp_path / "d.png", b"x")
+    with pytest.raises(OSError, match=r"cannot write '/proc/x\.png' in '/proc'") as e:
+        atomic_write_bytes("/proc/x.png", b"x")  # /proc takes no new files
+    assert ".tmp" not in str(e.value)

@@ -8,7 +8,14 @@ import textwrap
 
 import pytest
 
-from resgrad.formats.lock import LOCK_NAME, Locked, hold_lock, lock_dir, lock_path_for
+from resgrad.formats.lock import (
+    LOCK_NAME,
+    Locked,
+    hold_lock,
+    lock_dir,
+    lock_path_for,
+    new_dir_or_nothing,
+)
 
 SRC = os.path.join(os.path.dirname(__file__), "..", "..", "src")
 
@@ -60,3 +67,30 @@ def test_released_lock_can_be_taken_again_in_process(tmp_path):
             with pytest.raises(Locked, match="x is in use"):
                 with hold_lock(path, "x"):
                     pass
+
+
+def test_a_place_that_cannot_be_written_is_not_called_locked():
+    with pytest.raises(OSError, match="cannot be written: its lock file") as e:
+        with hold_lock("/proc/.x.csv.lock", "output '/proc/x.csv'"):
+            pass
+    assert not isinstance(e.value, Locked) and "in use" not in str(e.value)
+
+
+def test_a_new_directory_of_a_refused_command_is_taken_away(tmp_path):
+    new = tmp_path / "a" / "run"
+    with pytest.raises(ValueError):
+        with new_dir_or_nothing(new), lock_dir(new):
+            os.makedirs(new / "runs")
+            (new / ".cells.partial.jsonl").write_text("")
+            raise ValueError("refused")
+    assert not new.exists()
+    with pytest.raises(ValueError):  # something was written: it stays, lock and all
+        with new_dir_or_nothing(new), lock_dir(new):
+            (new / "metrics.jsonl").write_text("{}\n")
+            raise ValueError("diverged")
+    assert sorted(os.listdir(new)) == [LOCK_NAME, "metrics.jsonl"]
+    os.unlink(new / "metrics.jsonl")
+    with pytest.raises(ValueError):  # a directory that was there before is never removed
+        with new_dir_or_nothing(new), lock_dir(new):
+            raise ValueError("refused")
+    assert new.is_dir()

@@ -11,6 +11,7 @@ from resgrad.lab.experiments import EXPERIMENTS, ExperimentConfig, format_summar
 from resgrad.lab.runs import QUANTITIES, compare_figure, dynamics_figure
 from resgrad.lab.sweep import BACKENDS
 from resgrad.nn.blocks import INITS, VARIANTS
+from resgrad.perf import memory
 from resgrad.plots import plot_format, save_figure
 from resgrad.train.dynamics import read_dynamics
 
@@ -138,6 +139,11 @@ def cmd_experiment(args: argparse.Namespace) -> int:
             for f, _, _ in EXPERIMENT_FLAGS}  # fmt: skip
     cfg = ExperimentConfig.defaults(args.name, **{k: v for k, v in over.items() if v is not None})
     out_dir = args.out_dir or f"out-experiment-{args.name}"
+    big = cfg.largest_cell(out_dir)
+    workers = 1 if args.backend == "dask" else (args.jobs or os.cpu_count() or 1)
+    memory.require(workers * memory.train_bytes(big),
+                   f"this experiment ({workers} run(s) at once, the largest L={big.n_layer} "
+                   f"C={big.n_embd} T={big.block_size} B={big.batch_size})")  # fmt: skip
     result = run_experiment(cfg, out_dir, jobs=args.jobs, backend=args.backend,
                             scheduler=args.scheduler, connect_timeout=args.connect_timeout,
                             progress=None, threads=args.threads)  # fmt: skip
@@ -166,5 +172,7 @@ def register_claims(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_claims(args: argparse.Namespace) -> int:
+    L = max(args.depths)  # the claims' stacks: width 32, 4 heads, T <= 16, B = 4, float64
+    memory.require(memory.gpt_bytes(L, 32, 4, 16, 4, 65, 8, 4), f"these claims (depth {L})")
     print(format_claims(claim_table(args.claim, args.depths, range(args.seeds))))
     return 0

@@ -90,7 +90,12 @@ def atomic_write(path: str | os.PathLike, write_fn: Callable[[BinaryIO], None]) 
     directory = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(directory):
         raise FileNotFoundError(f"directory {directory!r} does not exist (writing {path!r})")
-    fd, tmp = tempfile.mkstemp(prefix=_tmp_prefix(path), suffix=".tmp", dir=directory)
+    if os.path.isdir(path):
+        raise IsADirectoryError(f"cannot write {path!r}: it is a directory; give a file name")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=_tmp_prefix(path), suffix=".tmp", dir=directory)
+    except OSError as e:  # the message names the destination, not the temporary's name
+        raise type(e)(f"cannot write {path!r} in {directory!r}: {e.strerror}") from None
     try:
         os.fchmod(fd, _file_mode(path))  # mkstemp makes 0600; give the usual mode instead
         with os.fdopen(fd, "wb") as f:

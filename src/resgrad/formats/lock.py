@@ -26,11 +26,11 @@ import os
 import socket
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import filelock
 
-__all__ = ["LOCK_NAME", "Locked", "hold_lock", "lock_dir", "lock_path_for"]
+__all__ = ["LOCK_NAME", "Locked", "hold_lock", "lock_dir", "lock_path_for", "new_dir_or_nothing"]
 
 LOCK_NAME = ".resgrad.lock"  # the lock file inside a locked directory
 
@@ -79,6 +79,13 @@ def hold_lock(lock_file: str, what: str) -> Iterator[None]:
         If another process holds the lock: one line naming ``what`` and the holder.
     """
     info_path = lock_file + ".info"
+    try:  # a place that cannot be written says so, rather than look locked
+        os.close(os.open(lock_file, os.O_RDWR | os.O_CREAT, 0o644))
+    except OSError as e:
+        raise type(e)(
+            f"{what} cannot be written: its lock file {lock_file!r} cannot be created "
+            f"({e.strerror})"
+        ) from None
     lock = filelock.FileLock(lock_file, timeout=0)
     try:
         lock.acquire()
@@ -109,3 +116,58 @@ def lock_dir(
     """Hold the lock of ``directory`` (which must exist): see :func:`hold_lock`."""
     directory = os.fspath(directory)
     return hold_lock(lock_path_for(directory, True), f"{what} {directory!r}")
+
+
+@contextlib.contextmanager
+def new_dir_or_nothing(
+    directory: str | os.PathLike, disposable: Callable[[str], bool] | None = None
+) -> Iterator[None]:
+    """Make ``directory`` (and its parents) for the ``with`` block; if the block fails
+    and the directory is new, take it away again unless it holds more than lock files,
+    empty hidden files, files ``disposable(path)`` calls bookkeeping, and empty folders:
+    a refused command leaves nothing behind.
+
+    The lock files go only once the lock can be taken again at once, so that no run
+    holding one (it would have to have started since) loses it.
+    """
+    directory = os.fspath(directory)
+    new = not os.path.isdir(directory)
+    os.makedirs(directory, exist_ok=True)
+    try:
+        yield
+    except BaseException:
+        if new:
+            _remove_if_unused(directory, disposable or (lambda path: False))
+        raise
+
+
+def _remove_if_unused(directory: str, disposable: Callable[[str], bool]) -> None:
+    walk = list(os.walk(directory, topdown=False))  # deepest folders first
+    files = [os.path.join(root, name) for root, _, names in walk for name in names]
+
+    def bookkeeping(path: str) -> bool:
+        name = os.path.basename(path)
+        empty_hidden = name.startswith(".") and os.path.getsize(path) == 0
+        return name.endswith((".lock", ".lock.info")) or empty_hidden or disposable(path)
+
+    if not all(bookkeeping(f) for f in files):
+        return  # something was written: the directory stays as it is
+    locks = []
+    for f in files:
+        if f.endswith(".lock"):
+            lock = filelock.FileLock(f, timeout=0)
+            try:
+                lock.acquire()
+            except filelock.Timeout:  # somebody holds it: leave everything
+                for held in locks:
+                    held.release()
+                return
+            locks.append(lock)
+    for f in files:
+        with contextlib.suppress(OSError):
+            os.unlink(f)
+    for lock in locks:
+        lock.release()
+    for root, _, _ in walk:
+        with contextlib.suppress(OSError):
+            os.rmdir(root)

@@ -36,11 +36,17 @@ import numpy as np
 
 from resgrad.formats.atomic import atomic_write_bytes, atomic_write_text
 from resgrad.formats.checkpoint import LAST
-from resgrad.formats.lock import lock_dir
+from resgrad.formats.lock import lock_dir, new_dir_or_nothing
 from resgrad.formats.records import to_csv
-from resgrad.lab.sweep import check_backend, run_grid, sidecar_path
+from resgrad.lab.sweep import (
+    check_backend,
+    check_grid_size,
+    run_grid,
+    sidecar_is_empty,
+    sidecar_path,
+)
 from resgrad.plots import figure_bytes, new_figure
-from resgrad.train.data import load_corpus, unigram_entropy
+from resgrad.train.data import check_text_file, load_corpus, unigram_entropy
 from resgrad.train.dynamics import read_dynamics
 from resgrad.train.loop import (
     TrainConfig,
@@ -121,6 +127,8 @@ class ExperimentConfig:
         s = self.seeds
         if isinstance(s, bool) or not isinstance(s, int) or s < 1:
             raise ValueError(f"seeds must be a positive integer (the number K), got {s!r}")
+        cells = len(self.variants) * len(self.depths) * len(self.lrs) * len(self.warmups) * s
+        check_grid_size(cells, "variants x depths x lrs x warm-ups x seeds")
         for w in self.warmups:
             if w >= self.max_iters:
                 raise ValueError(f"warm-up {w} must be shorter than max_iters {self.max_iters}")
@@ -160,6 +168,11 @@ class ExperimentConfig:
                             name = f"{v}_L{L}_lr{lr:g}_w{w}_s{s}"
                             out.append((name, self._train_config(v, L, lr, w, s, out_dir, name)))
         return out
+
+    def largest_cell(self, out_dir: str) -> TrainConfig:
+        """The config of the grid's largest run (the deepest), for a memory estimate."""
+        return self._train_config(self.variants[0], max(self.depths), self.lrs[0],
+                                  self.warmups[0], 0, out_dir, "largest")  # fmt: skip
 
     def _train_config(self, variant, L, lr, warmup, seed, out_dir, name) -> TrainConfig:
         return TrainConfig(
@@ -331,8 +344,15 @@ def run_experiment(
     local worker (default: cores // jobs).
     """
     check_backend(jobs, backend, scheduler, connect_timeout)
-    os.makedirs(os.path.join(out_dir, "runs"), exist_ok=True)
-    with lock_dir(out_dir, "experiment directory"):
+    if cfg.data is not None:  # every cell reads it: refused here, before any directory
+        check_text_file(cfg.data)
+    # an experiment refused before a cell finished (a model too large, a text too short,
+    # no scheduler) takes away the directory it made
+    with (
+        new_dir_or_nothing(out_dir, disposable=sidecar_is_empty),
+        lock_dir(out_dir, "experiment directory"),
+    ):
+        os.makedirs(os.path.join(out_dir, "runs"), exist_ok=True)
         return _run_experiment(cfg, out_dir, jobs, backend, scheduler, connect_timeout,
                                progress, threads)  # fmt: skip
 

@@ -129,6 +129,8 @@ class SweepConfig:
         s = self.seeds
         if isinstance(s, bool) or not isinstance(s, (int, np.integer)) or s < 1:
             raise ValueError(f"seeds must be a positive integer (the number K), got {s!r}")
+        check_grid_size(len(variants) * len(self.depths) * len(self.widths) * s,
+                        "variants x depths x widths x seeds")  # fmt: skip
         if self.loss not in LOSSES:
             raise ValueError(f"loss must be one of {', '.join(LOSSES)}, got {self.loss!r}")
         for v in variants:  # every stack must be valid; FlowConfig names the bad field
@@ -150,6 +152,18 @@ class SweepConfig:
             for w in self.widths
             for s in range(int(self.seeds))
         ]
+
+
+MAX_GRID = 100_000  # points in one sweep or experiment: each is a measurement or a training run
+
+
+def check_grid_size(n: int, what: str) -> None:
+    """Refuse a grid of more than MAX_GRID points before it is listed (a typo such as
+    ``--seeds 1000000000000`` would otherwise hang building it)."""
+    if n > MAX_GRID:
+        raise ValueError(
+            f"this grid has {n:,} points ({what}); at most {MAX_GRID:,} run in one command"
+        )
 
 
 def point_key(cfg: FlowConfig) -> str:
@@ -227,6 +241,17 @@ def _check_writable(path: str, what: str) -> None:
 
 
 _SIDECAR_HEADER = '{"resgrad_sweep_partial": 1}\n'  # first line of every sidecar
+
+
+def sidecar_is_empty(path: str) -> bool:
+    """Whether ``path`` is a sidecar that holds no finished point yet (its header alone)."""
+    if not path.endswith(".partial.jsonl"):
+        return False
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read(len(_SIDECAR_HEADER) + 1) == _SIDECAR_HEADER
+    except (OSError, UnicodeDecodeError):
+        return False
 
 
 def _load_sidecar(path: str) -> dict[str, list[dict]]:

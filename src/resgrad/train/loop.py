@@ -55,7 +55,7 @@ from resgrad.formats.checkpoint import (
     load_checkpoint,
     save_checkpoint,
 )
-from resgrad.formats.lock import lock_dir
+from resgrad.formats.lock import lock_dir, new_dir_or_nothing
 from resgrad.nn.blocks import INITS, VARIANTS
 from resgrad.nn.model import GPT, GPTConfig, per_block_norms
 from resgrad.plots import figure_bytes, new_figure
@@ -640,10 +640,11 @@ def _holding_out_dir(*names: str):
     def wrap(fn):
         @functools.wraps(fn)
         def run(cfg, *args, **kwargs):
-            if getattr(cfg, "data", None) is not None:  # a bad path leaves no directory
+            if getattr(cfg, "data", None) is not None:  # a bad path: refused before any mkdir
                 check_text_file(cfg.data)
-            os.makedirs(cfg.out_dir, exist_ok=True)
-            with lock_dir(cfg.out_dir):
+            # a run refused before it wrote anything (bad text, a model that will not load)
+            # takes away the directory it made
+            with new_dir_or_nothing(cfg.out_dir), lock_dir(cfg.out_dir):
                 removed = remove_stale_temporaries(cfg.out_dir, names)
                 if removed:
                     say = kwargs.get("log") or (lambda s: print(s, file=sys.stderr))
