@@ -196,6 +196,8 @@ def test_a_diverging_run_prints_its_one_line_and_no_numpy_warnings(tmp_path, tex
         (["experiment", "residual", "--seeds", "1000000000000"], "at most 100,000"),
         (["claims", "update-size", "--seeds", "1", "--depths", "1000000000000"], "depth 1000"),
         (["sweep", "--seeds", "1000000000000", "--out", "{tmp}/s.csv"], "at most 100,000"),
+        (["flow", "--seeds", "100000000"], "at most 100,000 seeds, got '100000000'"),
+        (["claims", "scaled-init", "--seeds", "1000000000000"], "at most 100,000 seeds"),
     ],
 )
 def test_grids_and_stacks_too_large_are_refused_at_once_leaving_nothing(tmp_path, args, needle):

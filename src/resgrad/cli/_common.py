@@ -30,6 +30,19 @@ def positive_int(text: str) -> int:
     return value
 
 
+MAX_SEEDS = 100_000  # seeds one command averages over: more is a typo, not a measurement
+
+
+def seed_count(text: str) -> int:
+    """A number of seeds: an integer from 1 to MAX_SEEDS."""
+    value = positive_int(text)
+    if value > MAX_SEEDS:
+        raise argparse.ArgumentTypeError(
+            f"expected at most {MAX_SEEDS:,} seeds, got {text!r}; each is a measurement of its own"
+        )
+    return value
+
+
 def nonneg_int(text: str) -> int:
     """A flag value that must be an integer >= 0."""
     try:

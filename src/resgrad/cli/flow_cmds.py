@@ -40,7 +40,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     _add_sizes(p, d, single=True)
     p.add_argument(
         "--seeds",
-        type=_common.positive_int,
+        type=_common.seed_count,
         default=len(d.seeds),
         help="average over seeds 0..SEEDS-1 (default: 1)",
     )

@@ -165,7 +165,7 @@ def register_claims(sub: argparse._SubParsersAction) -> None:
     p.add_argument("claim", choices=CLAIMS, help="which claim")
     p.add_argument("--depths", type=_common.int_list, default=(6, 24, 96),
                    help="comma-separated depths (default: 6,24,96)")  # fmt: skip
-    p.add_argument("--seeds", type=_common.positive_int, default=10,
+    p.add_argument("--seeds", type=_common.seed_count, default=10,
                    help="seeds 0..K-1 (default: 10)")  # fmt: skip
     _common.add_threads(p)
     p.set_defaults(func=cmd_claims)
