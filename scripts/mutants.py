@@ -187,8 +187,8 @@ MUTANTS = [
            "context = np.concatenate(out, axis=1)[:, -bs:]",
            "context = np.concatenate(out, axis=1)[:, :bs]", SAMPLE),
     Mutant("sampler: temperature multiplies the logits", "train/sample.py",
-           "z = logits.astype(np.float64) / temperature",
-           "z = logits.astype(np.float64) * temperature", SAMPLE),
+           "z = l64 / temperature  # (B, V)",
+           "z = l64 * temperature  # (B, V)", SAMPLE),
 ]  # fmt: skip
 
 NO_TORCH = "raise ImportError('hidden by scripts/mutants.py --no-torch')\n"

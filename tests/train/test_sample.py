@@ -102,6 +102,9 @@ def test_sampling_is_seeded_and_respects_top_k():
     assert set(sample_token(logits, np.random.default_rng(5), top_k=1).tolist()) == {3}
     cold = sample_token(logits, np.random.default_rng(5), temperature=0.05)
     assert (cold == 3).mean() > 0.99
+    with np.errstate(all="raise"):  # so small that logits / T overflow: greedy, no warning
+        frozen = sample_token(logits, np.random.default_rng(5), temperature=1e-320)
+    assert (frozen == 3).all()
     with pytest.raises(ValueError, match="temperature"):
         sample_token(logits, np.random.default_rng(0), temperature=0.0)
     with pytest.raises(ValueError, match="top_k"):

@@ -197,7 +197,12 @@ def sample_token(
     """
     if not (math.isfinite(temperature) and temperature > 0):
         raise ValueError(f"temperature must be a finite number > 0, got {temperature!r}")
-    z = logits.astype(np.float64) / temperature  # (B, V) in float64 for the CDF
+    l64 = logits.astype(np.float64)  # (B, V) in float64 for the CDF
+    with np.errstate(over="ignore"):  # -inf below the row max is exact: exp gives 0
+        z = l64 / temperature  # (B, V)
+        if not np.isfinite(z).all() and np.isfinite(l64).all():  # a temperature so small
+            # that logits / T overflow: the same distribution, from the row max
+            z = (l64 - l64.max(axis=-1, keepdims=True)) / temperature  # (B, V) <= 0
     V = z.shape[-1]
     if top_k is not None:
         if top_k < 1:
