@@ -94,6 +94,9 @@ def test_a_missing_path_is_said_to_be_missing_not_fetched(tmp_path, capsys, monk
             capsys, ["sample", "--from-pretrained", missing, "--start", "a"],
             f"'{missing}' does not exist and is not a hub model name",
         )  # fmt: skip
+    (tmp_path / "last.ckpt").write_bytes(b"x")  # a file that is not a model: not 'missing'
+    _one_line_exit_2(capsys, ["sample", "--from-pretrained", "last.ckpt", "--start", "a"],
+                     "'last.ckpt' is a file, not a model")  # fmt: skip
 
 
 def test_a_model_without_its_tokenizer_is_refused_by_every_command(gpt2_dir, text_file,

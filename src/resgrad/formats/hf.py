@@ -461,6 +461,12 @@ def resolve_pretrained(name_or_dir: str | os.PathLike) -> str:
     name = os.fspath(name_or_dir)
     if os.path.isdir(name):
         return name
+    if os.path.exists(name):
+        raise ValueError(
+            f"{name!r} is a file, not a model: expected a Hugging Face GPT-2 directory, a "
+            "nanoGPT ckpt.pt or a hub name (a resgrad run's checkpoint: `resgrad export` it, "
+            "or sample it with --out-dir)"
+        )
     if not is_hub_name(name):
         raise ValueError(
             f"{name!r} does not exist and is not a hub model name (gpt2, owner/name); expected "
