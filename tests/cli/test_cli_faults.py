@@ -221,6 +221,31 @@ def test_a_run_refused_on_its_text_leaves_no_directory(tmp_path):
     assert os.listdir(tmp_path) == ["empty.txt"]
 
 
+@pytest.mark.parametrize(
+    "args, named",
+    [
+        (["depth", "--plot", ""], "--plot"),  # ran without its plot
+        (["dynamics", ""], "run_dir"),
+        (["experiment", "residual", "--out-dir", ""], "--out-dir"),  # used the default dir
+        (["sweep", "--variants", "pre-ln", "--out", ""], "--out"),
+    ],
+)
+def test_an_empty_value_is_refused_not_taken_for_the_default(tmp_path, monkeypatch, args, named):
+    monkeypatch.chdir(tmp_path)  # where a default directory would have been made
+    p = resgrad(*args, timeout=60)
+    one_error_line(p, f"argument {named}: expected a value, got ''")
+    assert os.listdir(tmp_path) == []
+
+
+def test_an_out_dir_that_is_a_file_is_named(tmp_path):
+    f = tmp_path / "f"
+    f.write_text("x")
+    for args in (["train", *TINY, "--max-iters", "2"], ["depth-train", "--max-iters", "2"]):
+        p = resgrad(*args, "--out-dir", f, timeout=60)
+        one_error_line(p, f"{str(f)!r} is a file; expected a directory")
+    assert f.read_text() == "x"
+
+
 def test_missing_data_is_named_as_missing(tmp_path):
     missing = str(tmp_path / "nope.txt")
     p = resgrad("train", "--data", missing, "--out-dir", tmp_path / "o", *TINY, timeout=60)

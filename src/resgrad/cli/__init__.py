@@ -73,9 +73,25 @@ def _quiet_stdout() -> None:
         os.close(devnull)
 
 
+def _refuse_empty(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Exit 2, in one line, on the first flag (or argument) given as an empty string.
+
+    No resgrad value may be empty: an empty path would otherwise mean "no plot" or "the
+    default directory" without a word, and an empty list or name is a slip of the shell.
+    """
+    (sub,) = (a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    command = sub.choices[args.command]
+    for action in command._actions:
+        value = getattr(args, action.dest, None)
+        if value == "" or (isinstance(value, list) and "" in value):
+            name = action.option_strings[-1] if action.option_strings else action.dest
+            command.error(f"argument {name}: expected a value, got ''")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    _refuse_empty(parser, args)
     keep_freed_memory()  # the command owns the process: reuse NumPy's freed arrays (heap.py)
     try:
         with _threads(getattr(args, "threads", None)):

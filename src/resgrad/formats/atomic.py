@@ -17,7 +17,13 @@ import tempfile
 from collections.abc import Callable, Iterable
 from typing import BinaryIO
 
-__all__ = ["atomic_write", "atomic_write_bytes", "atomic_write_text", "remove_stale_temporaries"]
+__all__ = [
+    "atomic_write",
+    "atomic_write_bytes",
+    "atomic_write_text",
+    "make_dir",
+    "remove_stale_temporaries",
+]
 
 
 def _fsync_dir(directory: str) -> None:
@@ -124,3 +130,14 @@ def atomic_write_text(path: str | os.PathLike, text: str, encoding: str = "utf-8
     if not isinstance(text, str):
         raise TypeError(f"text must be str, got {type(text).__name__}")
     atomic_write_bytes(path, text.encode(encoding))
+
+
+def make_dir(path: str | os.PathLike) -> None:
+    """``os.makedirs(path, exist_ok=True)``, with one-line errors naming ``path``."""
+    path = os.fspath(path)
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise NotADirectoryError(f"{path!r} is a file; expected a directory (or a new name)")
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as e:
+        raise type(e)(f"cannot create directory {path!r}: {e.strerror}") from None

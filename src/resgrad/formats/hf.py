@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from resgrad.formats.atomic import atomic_write_bytes, atomic_write_text
+from resgrad.formats.atomic import atomic_write_bytes, atomic_write_text, make_dir
 from resgrad.nn.model import GPT, GPTConfig
 
 __all__ = [
@@ -423,7 +423,7 @@ def export_hf(model: GPT, out_dir: str | os.PathLike, tokenizer_json: str | None
             a = np.zeros(n, model.dtype)  # (n,)
         tensors[f"transformer.{theirs}"] = np.ascontiguousarray(a)
     d = os.fspath(out_dir)
-    os.makedirs(d, exist_ok=True)
+    make_dir(d)
     atomic_write_bytes(os.path.join(d, WEIGHTS), save(tensors, metadata={"format": "pt"}))
     atomic_write_text(os.path.join(d, CONFIG), json.dumps(hf_config(cfg), indent=2) + "\n")
     if tokenizer_json is not None:

@@ -30,6 +30,8 @@ from collections.abc import Callable, Iterator
 
 import filelock
 
+from resgrad.formats.atomic import make_dir
+
 __all__ = ["LOCK_NAME", "Locked", "hold_lock", "lock_dir", "lock_path_for", "new_dir_or_nothing"]
 
 LOCK_NAME = ".resgrad.lock"  # the lock file inside a locked directory
@@ -132,7 +134,7 @@ def new_dir_or_nothing(
     """
     directory = os.fspath(directory)
     new = not os.path.isdir(directory)
-    os.makedirs(directory, exist_ok=True)
+    make_dir(directory)
     try:
         yield
     except BaseException:
