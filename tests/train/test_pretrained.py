@@ -99,6 +99,16 @@ def test_a_missing_path_is_said_to_be_missing_not_fetched(tmp_path, capsys, monk
                      "'last.ckpt' is a file, not a model")  # fmt: skip
 
 
+def test_flags_a_pretrained_model_would_ignore_are_refused(gpt2_dir, text_file, capsys):
+    """The model brings its scheme and sizes, so these flags would be silently ignored."""
+    flow = ["flow", "--from-pretrained", gpt2_dir, "--text", text_file]
+    _one_line_exit_2(capsys, [*flow, "--variant", "none", "--loss", "ones"],
+                     "--variant, --loss cannot be combined with --from-pretrained")  # fmt: skip
+    _one_line_exit_2(capsys, ["sample", "--from-pretrained", gpt2_dir, "--best"],
+                     "--best cannot be combined with --from-pretrained")  # fmt: skip
+    assert main([*flow, "--seq", "8", "--batch", "2", "--seeds", "1"]) == 0  # these apply
+
+
 def test_a_model_without_its_tokenizer_is_refused_by_every_command(gpt2_dir, text_file,
                                                                     tmp_path, capsys):  # fmt: skip
     os.remove(os.path.join(gpt2_dir, "tokenizer.json"))
@@ -219,6 +229,18 @@ def test_an_unknown_tokenizer_is_a_flag_error(tmp_path, capsys):
         main(["train", "--out-dir", str(tmp_path / "r"), "--tokenizer", "wordpiece"])
     assert e.value.code == 2
     assert "expected one of char, bpe, got 'wordpiece'" in capsys.readouterr().err
+
+
+def test_export_best_of_a_checkpoint_file_is_refused(tmp_path, text_file, capsys):
+    out = str(tmp_path / "run")
+    args = ["train", "--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--block-size", "8",
+            "--batch-size", "4", "--max-iters", "2", "--eval-interval", "2", "--eval-iters", "1",
+            "--data", text_file, "--out-dir", out]  # fmt: skip
+    assert main(args) == 0
+    last = os.path.join(out, "last.ckpt")
+    _one_line_exit_2(capsys, ["export", "--checkpoint", last, "--best", "--out-dir",
+                              str(tmp_path / "hf")], "is a checkpoint file already")  # fmt: skip
+    assert not os.path.exists(tmp_path / "hf")
 
 
 def test_export_refuses_a_non_pre_ln_run(tmp_path, text_file, capsys):

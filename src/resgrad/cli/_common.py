@@ -12,11 +12,32 @@ from resgrad.formats.records import to_csv, to_json
 
 
 class Parser(argparse.ArgumentParser):
-    """An ArgumentParser whose errors are one line on stderr and exit status 2."""
+    """An ArgumentParser whose errors are one line on stderr and exit status 2.
+
+    Flags are matched whole (no abbreviations), so that :func:`typed` can tell which
+    flags were typed.
+    """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, allow_abbrev=False, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         print(f"{self.prog}: error: {message}", file=sys.stderr)
         sys.exit(2)
+
+
+def typed(argv: list[str], flags: tuple[str, ...]) -> list[str]:
+    """The ``flags`` that ``argv`` typed (``--flag value`` or ``--flag=value``), in order."""
+    given = {a.split("=", 1)[0] for a in argv if a.startswith("--")}
+    return [f for f in flags if f in given]
+
+
+def refuse_with(argv: list[str], flags: tuple[str, ...], other: str, why: str) -> None:
+    """A one-line ValueError if ``argv`` typed any of ``flags`` beside ``other``, which
+    decides what they would set (they would be ignored, not applied)."""
+    clash = typed(argv, flags)
+    if clash:
+        raise ValueError(f"{', '.join(clash)} cannot be combined with {other}: {why}")
 
 
 def positive_int(text: str) -> int:

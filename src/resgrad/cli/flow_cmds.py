@@ -243,6 +243,11 @@ def _pretrained_records(args: argparse.Namespace) -> list:
     from resgrad.train.data import read_text
     from resgrad.train.pretrained import load_pretrained
 
+    _common.refuse_with(
+        args.argv, ("--variant", "--depth", "--width", "--heads", "--init", "--loss"),
+        "--from-pretrained", "the model brings its own scheme, sizes and weights, and its loss "
+        "is the text's",
+    )  # fmt: skip
     if args.text is None:
         raise ValueError("--from-pretrained needs --text FILE, the text to run the model on")
     text = read_text(args.text)

@@ -219,6 +219,9 @@ def cmd_sample(args: argparse.Namespace) -> int:
         if args.from_pretrained is not None:
             from resgrad.train.pretrained import sample_pretrained
 
+            _common.refuse_with(args.argv, ("--best",), "--from-pretrained",
+                                "--best picks a training run's best.ckpt")  # fmt: skip
+
             sample_pretrained(
                 args.from_pretrained, args.start, args.num_tokens, temperature=args.temperature,
                 top_k=args.top_k, seed=args.seed, on_text=_write,

@@ -297,6 +297,10 @@ def load_model(
         path = os.path.join(path, name)
         if not os.path.exists(path):
             raise FileNotFoundError(f"no checkpoint {name!r} in {os.path.dirname(path)!r}")
+    elif best:
+        raise ValueError(
+            f"--best picks a run directory's {BEST}; {path!r} is a checkpoint file already"
+        )
     ckpt = load_checkpoint(path)
     try:
         cfg = GPTConfig(**ckpt.config["model"])
