@@ -312,6 +312,18 @@ def test_depth_train_cli_tiny(tmp_path, text_file, capsys):
     assert DepthTrainConfig(n_layer=2).train_config("none").seed == 1337
 
 
+def test_depth_train_of_zero_steps_draws_without_warnings(tmp_path, text_file, capsys):
+    import warnings
+
+    args = ["depth-train", "--n-layer", "2", "--n-head", "2", "--n-embd", "16", "--block-size",
+            "8", "--batch-size", "2", "--max-iters", "0", "--eval-iters", "1", "--data",
+            text_file, "--out-dir", str(tmp_path / "d")]  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # matplotlib's 'No artists with labels' legend warning
+        assert main(args) == 0
+    assert os.path.getsize(tmp_path / "d" / "depth_train.png") > 1000
+
+
 def test_read_metrics_skips_a_torn_line_and_cuts_at_the_checkpoint(tmp_path):
     ev = {"train_loss": 2.0, "val_loss": 2.1}
     lines = [

@@ -901,7 +901,10 @@ def render_depth_plot(
     ax2.set_ylabel("gradient norm of the block's parameters")
     ax2.set_title("per-layer gradient norms, first and last step", fontsize=10)
     ax2.grid(True, alpha=0.3)
-    ax2.legend(fontsize=8)
+    if ax2.get_lines():
+        ax2.legend(fontsize=8)
+    else:  # --max-iters 0: evaluations only, no step to draw
+        ax2.text(0.5, 0.5, "no training step", ha="center", va="center", transform=ax2.transAxes)
     fig.suptitle(title, fontsize=11)
     fig.tight_layout()
     return figure_bytes(fig, "png")
