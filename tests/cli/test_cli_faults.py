@@ -237,6 +237,16 @@ def test_an_empty_value_is_refused_not_taken_for_the_default(tmp_path, monkeypat
     assert os.listdir(tmp_path) == []
 
 
+@pytest.mark.parametrize(
+    "args",
+    [["depth", "--depths", "2,5,2"], ["flow", "--variant", "pre-ln,pre-ln"],
+     ["claims", "update-size", "--depths", "2,2"], ["check", "--only", "layers,layers"]],
+)  # fmt: skip
+def test_a_list_with_a_value_twice_is_refused(args):
+    """Duplicates printed duplicate rows in some commands and were dropped in others."""
+    one_error_line(resgrad(*args, timeout=60), "expected distinct values", "twice")
+
+
 def test_an_out_dir_that_is_a_file_is_named(tmp_path):
     f = tmp_path / "f"
     f.write_text("x")

@@ -114,9 +114,17 @@ def list_of(item, what: str):
             raise argparse.ArgumentTypeError(
                 f"expected a comma-separated list of {what}, got {text!r}"
             )
-        return tuple(item(p) for p in parts)
+        return _distinct(tuple(item(p) for p in parts), text)
 
     return parse
+
+
+def _distinct(values: tuple, text: str) -> tuple:
+    """``values``, refused if one comes twice: a second copy is a slip, not a request."""
+    twice = next((v for i, v in enumerate(values) if v in values[:i]), None)
+    if twice is not None:
+        raise argparse.ArgumentTypeError(f"expected distinct values, got {text!r} ({twice} twice)")
+    return values
 
 
 int_list = list_of(positive_int, "positive integers")  # e.g. depths 1,5,10,20
@@ -136,7 +144,7 @@ def name_list(choices: tuple[str, ...]):
                 raise argparse.ArgumentTypeError(
                     f"unknown name {p!r}; expected one of {', '.join(choices)}"
                 )
-        return tuple(parts)
+        return _distinct(tuple(parts), text)
 
     return parse
 
