@@ -149,6 +149,8 @@ def test_sizes_that_cannot_fit_are_refused_at_once(tmp_path, args):
     line = one_error_line(p, "would need about", "upper estimate", "is available")
     assert time.monotonic() - t0 < 30, "it must refuse before allocating, not after"
     assert "GiB" in line or "TiB" in line
+    big = max(args[1:], key=lambda a: len(a.split(",")[-1]) if a[:1].isdigit() else 0)
+    assert big.split(",")[-1] in line  # the size that does not fit is named
 
 
 def test_a_real_memory_error_is_one_line(tmp_path):

@@ -166,7 +166,10 @@ def cmd_flow(args: argparse.Namespace) -> int:
         records = []
     cfgs = [] if args.from_pretrained is not None else [_flow_config(args, v) for v in args.variant]
     if cfgs:
-        memory.require(max(memory.flow_bytes(c) for c in cfgs), "this flow measurement")
+        c = cfgs[0]  # the variants share their sizes
+        memory.require(max(memory.flow_bytes(c) for c in cfgs),
+                       f"this flow measurement (depth {c.depth}, width {c.width}, seq {c.seq}, "
+                       f"batch {c.batch})")  # fmt: skip
     for cfg in cfgs:
         records += flow.measure(cfg)
     if args.plot:
@@ -190,7 +193,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     )  # fmt: skip
     jobs = min(args.jobs or os.cpu_count() or 1, len(cfg.points()))
     per_point = max(memory.flow_bytes(p) for p in cfg.points())
-    memory.require(jobs * per_point, f"this sweep ({jobs} worker(s) at once)")
+    memory.require(jobs * per_point, f"this sweep ({jobs} worker(s) at once, depth up to "
+                   f"{max(cfg.depths)}, width up to {max(cfg.widths)})")  # fmt: skip
     res = run_sweep(
         cfg,
         args.out,

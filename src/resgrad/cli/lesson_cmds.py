@@ -125,7 +125,10 @@ def cmd_depth(args: argparse.Namespace) -> int:
     cfg = StackConfig(
         depths=args.depths, scale=args.scale, width=args.width, batch=args.batch, seed=args.seed
     )
-    memory.require(memory.lesson_stack_bytes(max(cfg.depths), cfg.width, cfg.batch), "this stack")
+    memory.require(
+        memory.lesson_stack_bytes(max(cfg.depths), cfg.width, cfg.batch),
+        f"this stack (depth {max(cfg.depths)}, width {cfg.width}, batch {cfg.batch})",
+    )
     if args.plot:
         flow_cmds.save_lesson_plot(cfg, args.plot)
     if args.per_layer:
@@ -148,7 +151,10 @@ def cmd_gradcheck(args: argparse.Namespace) -> int:
     cfg = GradcheckConfig(
         blocks=args.blocks, width=args.width, rows=args.rows, eps=args.eps, seed=args.seed
     )
-    memory.require(memory.lesson_gradcheck_bytes(cfg.blocks, cfg.width, cfg.rows), "this check")
+    memory.require(
+        memory.lesson_gradcheck_bytes(cfg.blocks, cfg.width, cfg.rows),
+        f"this check (blocks {cfg.blocks}, width {cfg.width}, rows {cfg.rows})",
+    )
     lines, ok = _gradcheck_lines(cfg)
     print("\n".join(lines))
     return 0 if ok else 1

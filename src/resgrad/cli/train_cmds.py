@@ -193,7 +193,10 @@ def cmd_train(args: argparse.Namespace) -> int:
         cfg = TrainConfig(**given, out_dir=out_dir)
 
     def fits(model: GPTConfig | None = None) -> None:
-        memory.require(memory.train_bytes(cfg, model), "this training run")
+        m = model or cfg  # the pretrained model's shape, once known
+        memory.require(memory.train_bytes(cfg, model),
+                       f"this training run (L={m.n_layer} C={m.n_embd} T={cfg.block_size} "
+                       f"B={cfg.batch_size})")  # fmt: skip
 
     if cfg.init_from is None:
         fits()  # at once; a pretrained model's shape is known once it is loaded
@@ -247,7 +250,9 @@ def cmd_sample(args: argparse.Namespace) -> int:
 def cmd_depth_train(args: argparse.Namespace) -> int:
     fields = {f.name for f in dataclasses.fields(DepthTrainConfig)}
     cfg = DepthTrainConfig(**{k: v for k, v in vars(args).items() if k in fields})
-    memory.require(memory.train_bytes(cfg.train_config(cfg.variants[0])), "this training run")
+    memory.require(memory.train_bytes(cfg.train_config(cfg.variants[0])),
+                   f"this training run (L={cfg.n_layer} C={cfg.n_embd} T={cfg.block_size} "
+                   f"B={cfg.batch_size})")  # fmt: skip
     summary = _run("depth-train", depth_train, cfg, progress=None)
     if summary is None:
         return 1
