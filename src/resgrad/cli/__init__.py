@@ -91,7 +91,7 @@ def _refuse_empty(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    args.argv = list(sys.argv[1:] if argv is None else argv)  # to tell typed flags from defaults
+    args.argv = [str(a) for a in (sys.argv[1:] if argv is None else argv)]  # typed, not default
     _refuse_empty(parser, args)
     keep_freed_memory()  # the command owns the process: reuse NumPy's freed arrays (heap.py)
     try:

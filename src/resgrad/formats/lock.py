@@ -139,7 +139,8 @@ def new_dir_or_nothing(
         yield
     except BaseException:
         if new:
-            _remove_if_unused(directory, disposable or (lambda path: False))
+            with contextlib.suppress(OSError):  # the block's own error is the one to report
+                _remove_if_unused(directory, disposable or (lambda path: False))
         raise
 
 

@@ -142,10 +142,8 @@ def train_bytes(cfg: TrainConfig, model: GPTConfig | None = None) -> int:
             chars = os.stat(cfg.data).st_size  # characters <= UTF-8 bytes
         except OSError:
             chars = 0  # reading it will fail with its own clear error
-    if model is None:
-        model = cfg.gpt_config(cfg.vocab_size if cfg.tokenizer == "bpe" else ASSUMED_VOCAB)
+    m = model or cfg.gpt_config(cfg.vocab_size if cfg.tokenizer == "bpe" else ASSUMED_VOCAB)
     # T and B are the run's: a fine-tune may use less than the model's context
-    m = model
     weights = gpt_bytes(m.n_layer, m.n_embd, m.n_head, cfg.block_size, cfg.batch_size,
                         m.vocab_size, 4, 4)  # fmt: skip
     return weights + 14 * chars
