@@ -140,7 +140,7 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     cfg = ExperimentConfig.defaults(args.name, **{k: v for k, v in over.items() if v is not None})
     out_dir = args.out_dir or f"out-experiment-{args.name}"
     big = cfg.largest_cell(out_dir)
-    local = min(args.jobs or os.cpu_count() or 1, len(cfg.cells(out_dir)))  # runs at once
+    local = min(args.jobs or os.cpu_count() or 1, cfg.n_cells)  # runs at once
     workers = 1 if args.backend == "dask" else local
     memory.require(workers * memory.train_bytes(big),
                    f"this experiment ({workers} run(s) at once, the largest L={big.n_layer} "

@@ -179,13 +179,12 @@ def cmd_train(args: argparse.Namespace) -> int:
         for flag, _, _ in TRAIN_FLAGS
         if getattr(args, _field(flag)) is not None
     }
-    clash = [k for k in FROM_PRETRAINED if k in given]  # typed, even at the default value
-    if args.init_from is not None and clash:
-        flags = ", ".join("--" + k.replace("_", "-") for k in clash)
-        raise ValueError(
-            f"{flags} cannot be combined with --init-from {args.init_from!r}: the pretrained "
-            "model brings its own architecture and tokenizer"
-        )
+    if args.init_from is not None:  # refused if typed, even at the default value
+        _common.refuse_with(
+            args.argv, tuple("--" + k.replace("_", "-") for k in FROM_PRETRAINED),
+            f"--init-from {args.init_from!r}",
+            "the pretrained model brings its own architecture and tokenizer",
+        )  # fmt: skip
     out_dir = args.out_dir if args.out_dir is not None else TrainConfig().out_dir
     if args.resume:
         cfg = resume_config(out_dir, **given)

@@ -127,8 +127,7 @@ class ExperimentConfig:
         s = self.seeds
         if isinstance(s, bool) or not isinstance(s, int) or s < 1:
             raise ValueError(f"seeds must be a positive integer (the number K), got {s!r}")
-        cells = len(self.variants) * len(self.depths) * len(self.lrs) * len(self.warmups) * s
-        check_grid_size(cells, "variants x depths x lrs x warm-ups x seeds")
+        check_grid_size(self.n_cells, "variants x depths x lrs x warm-ups x seeds")
         for w in self.warmups:
             if w >= self.max_iters:
                 raise ValueError(f"warm-up {w} must be shorter than max_iters {self.max_iters}")
@@ -168,6 +167,12 @@ class ExperimentConfig:
                             name = f"{v}_L{L}_lr{lr:g}_w{w}_s{s}"
                             out.append((name, self._train_config(v, L, lr, w, s, out_dir, name)))
         return out
+
+    @property
+    def n_cells(self) -> int:
+        """How many runs the grid holds (:meth:`cells` without building them)."""
+        grid = (self.variants, self.depths, self.lrs, self.warmups)
+        return math.prod(len(axis) for axis in grid) * self.seeds
 
     def largest_cell(self, out_dir: str) -> TrainConfig:
         """The config of the grid's largest run (the deepest), for a memory estimate."""

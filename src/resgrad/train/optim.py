@@ -179,7 +179,7 @@ class AdamW:
         """The AdamW step on part ``part`` of ``parts`` of every parameter, piece by piece."""
         c = self.cfg
         for k, p, g, m, v in self._pieces(grads, part, parts):
-            tmp = scratch[p.dtype][: p.size].reshape(p.shape)  # (piece,)
+            tmp = scratch[p.dtype][: p.size].reshape(p.shape)  # p's shape: (piece,) or whole
             if self.decay[k]:
                 p *= 1 - lr * c.weight_decay  # decoupled decay, before the Adam step
             # the same operations, in the same order, as m += (1 - beta1) * (g - m) etc.
