@@ -23,7 +23,9 @@ survived.
 from __future__ import annotations
 
 import argparse
+import glob
 import os
+import runpy
 import shutil
 import subprocess
 import sys
@@ -191,6 +193,11 @@ MUTANTS = [
            "z = l64 * temperature  # (B, V)", SAMPLE),
 ]  # fmt: skip
 
+# parts written alongside (scripts/mutants_parts/*.py, each a list MUTANTS of
+# (name, file, old, new, tests) tuples); merged into the list above before landing
+for _part in sorted(glob.glob(os.path.join(ROOT, "scripts", "mutants_parts", "*.py"))):
+    MUTANTS += [Mutant(*t) for t in runpy.run_path(_part)["MUTANTS"]]
+
 NO_TORCH = "raise ImportError('hidden by scripts/mutants.py --no-torch')\n"
 
 
@@ -225,7 +232,7 @@ def _pytest(root: str, tests: tuple[str, ...], hide_torch: bool) -> tuple[int, s
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths), "MPLBACKEND": "Agg"}
     env.pop("RESGRAD_REQUIRE_TORCH", None)  # with torch hidden, its tests skip
     p = subprocess.run(
-        [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests],
+        [sys.executable, "-m", "pytest", "-x", "-q", "-m", "not slow", "-p", "no:cacheprovider", *tests],
         cwd=root, env=env, capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     lines = (p.stdout + p.stderr).strip().splitlines()
