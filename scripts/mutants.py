@@ -18,6 +18,7 @@ survived.
                                             # torch-free tests alone must kill them
     python scripts/mutants.py --only adamw  # mutants whose name contains "adamw"
     python scripts/mutants.py --list        # the table of mutants, without running
+    python scripts/mutants.py --jobs 2      # two mutants at a time (one BLAS thread each)
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -221,7 +223,7 @@ def _apply(root: str, m: Mutant) -> None:
         f.write(text.replace(m.old, m.new))
 
 
-def _pytest(root: str, tests: tuple[str, ...], hide_torch: bool) -> tuple[int, str]:
+def _pytest(root: str, tests: tuple[str, ...], hide_torch: bool, jobs: int = 1) -> tuple[int, str]:
     paths = [os.path.join(root, "src")]
     if hide_torch:
         shim = os.path.join(root, "_no_torch")
@@ -230,9 +232,12 @@ def _pytest(root: str, tests: tuple[str, ...], hide_torch: bool) -> tuple[int, s
             f.write(NO_TORCH)
         paths.insert(0, shim)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths), "MPLBACKEND": "Agg"}
+    if jobs > 1:  # several pytest runs share the cores: one BLAS thread each
+        env["OMP_NUM_THREADS"] = env["OPENBLAS_NUM_THREADS"] = "1"
     env.pop("RESGRAD_REQUIRE_TORCH", None)  # with torch hidden, its tests skip
     p = subprocess.run(
-        [sys.executable, "-m", "pytest", "-x", "-q", "-m", "not slow", "-p", "no:cacheprovider", *tests],
+        [sys.executable, "-m", "pytest", "-x", "-q", "-m", "not slow", "-p", "no:cacheprovider",
+         *tests],
         cwd=root, env=env, capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     lines = (p.stdout + p.stderr).strip().splitlines()
@@ -244,6 +249,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-torch", action="store_true", help="hide PyTorch from the tests")
     ap.add_argument("--only", default="", help="run the mutants whose name contains this")
     ap.add_argument("--list", action="store_true", help="print the mutants and exit")
+    ap.add_argument("--jobs", type=int, default=1, help="mutants run at once (default 1)")
     args = ap.parse_args(argv)
     mutants = [m for m in MUTANTS if args.only.lower() in m.name.lower()]
     if args.list:
@@ -266,25 +272,32 @@ def main(argv: list[str] | None = None) -> int:
         print(f"baseline: the unmutated tests pass ({last})")
         torch_note = ", PyTorch hidden" if args.no_torch else ""
         print(f"{len(mutants)} mutants, each run in a fresh copy{torch_note}\n")
-        header = f"{'#':>2}  {'mutant':<58} {'file':<22} {'tests run':<34} result"
+        header = f"{'#':>3}  {'mutant':<58} {'file':<22} {'tests run':<34} result"
         print(header)
         print("-" * len(header))
         survived = []
         t0 = time.perf_counter()
-        for i, m in enumerate(mutants, 1):
+
+        def run_one(i: int, m: Mutant) -> bool:
             work = os.path.join(tmp, f"m{i}")
             _copy_tree(work)
             _apply(work, m)
-            rc, last = _pytest(work, m.tests, args.no_torch)
-            killed = rc not in (0, 5)  # 5: no tests collected, which proves nothing
-            if rc == 5:
-                raise SystemExit(f"mutant {m.name!r}: no tests collected from {m.tests}")
-            if not killed:
-                survived.append(m)
-            tests = ", ".join(os.path.basename(t) for t in m.tests)
-            print(f"{i:>2}  {m.name:<58} {m.file:<22} {tests:<34} "
-                  f"{'killed' if killed else 'SURVIVED'}", flush=True)  # fmt: skip
+            rc, _ = _pytest(work, m.tests, args.no_torch, args.jobs)
             shutil.rmtree(work)
+            if rc == 5:  # no tests collected, which proves nothing
+                raise SystemExit(f"mutant {m.name!r}: no tests collected from {m.tests}")
+            return rc != 0
+
+        # mutants are independent copies: --jobs of them run at once, reported in order
+        with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+            futures = [pool.submit(run_one, i, m) for i, m in enumerate(mutants, 1)]
+            for i, (m, fut) in enumerate(zip(mutants, futures), 1):
+                killed = fut.result()
+                if not killed:
+                    survived.append(m)
+                tests = ", ".join(os.path.basename(t) for t in m.tests)
+                print(f"{i:>3}  {m.name:<58} {m.file:<22} {tests:<34} "
+                      f"{'killed' if killed else 'SURVIVED'}", flush=True)  # fmt: skip
     n = len(mutants)
     print(f"\n{n - len(survived)} of {n} killed, {len(survived)} survived "
           f"({time.perf_counter() - t0:.0f} s)")  # fmt: skip
