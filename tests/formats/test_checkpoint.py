@@ -211,3 +211,132 @@ def test_a_format_1_checkpoint_still_loads_and_its_errors_stay(tmp_path):
     path.write_bytes(bytes(flipped))
     with pytest.raises(ValueError, match="corrupted.*checksum"):
         load_checkpoint(path)
+
+
+# --------------------------------------------------------------------------- durability
+
+
+def test_a_save_is_written_whole_and_fsynced_then_renamed_then_the_directory_fsynced(
+    tmp_path, monkeypatch
+):
+    import stat
+
+    ckpt, _ = _ckpt()
+    path = tmp_path / "last.ckpt"
+    events = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd):
+        st = os.fstat(fd)
+        kind = "dir" if stat.S_ISDIR(st.st_mode) else "file"
+        events.append(("fsync", kind, st.st_ino, st.st_size))
+        return real_fsync(fd)
+
+    def replace(src, dst):
+        events.append(("replace", os.stat(src).st_ino, os.fspath(src), os.fspath(dst)))
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    save_checkpoint(path, ckpt)
+    size = path.stat().st_size
+    renames = [e for e in events if e[0] == "replace"]
+    assert len(renames) == 1
+    _, ino, src, dst = renames[0]
+    assert dst == str(path) and os.path.dirname(src) == str(tmp_path) and src != dst
+    i = events.index(renames[0])
+    # the temporary was fsynced whole before the rename made it the checkpoint ...
+    assert ("fsync", "file", ino, size) in events[:i]
+    # ... and the directory after it, so that the rename itself is durable
+    assert ("fsync", "dir", tmp_path.stat().st_ino, tmp_path.stat().st_size) in events[i + 1 :]
+    assert load_checkpoint(path).iteration == 7
+
+
+@pytest.mark.parametrize("crash_at", ["fsync", "replace"])
+def test_a_crash_during_a_save_leaves_the_previous_checkpoint(tmp_path, monkeypatch, crash_at):
+    path = tmp_path / "last.ckpt"
+    good, _ = _ckpt(iteration=3)
+    save_checkpoint(path, good)
+    before = path.read_bytes()
+
+    def crash(*args):
+        raise OSError(f"simulated crash in {crash_at}")
+
+    monkeypatch.setattr(os, crash_at, crash)
+    newer, _ = _ckpt(iteration=4)
+    with pytest.raises(OSError, match="simulated crash"):
+        save_checkpoint(path, newer)
+    monkeypatch.undo()
+    assert path.read_bytes() == before and load_checkpoint(path).iteration == 3
+    assert os.listdir(tmp_path) == ["last.ckpt"]
+
+
+# --------------------------------------------------------------------------- fields
+
+
+def test_the_tokenizer_record_is_saved_and_read_back(tmp_path):
+    ckpt, _ = _ckpt()
+    ckpt.tokenizer = {"kind": "bpe", "merges": [[104, 105], [256, 33]], "vocab_size": 258}
+    save_checkpoint(tmp_path / "last.ckpt", ckpt)
+    got = load_checkpoint(tmp_path / "last.ckpt")
+    assert got.tokenizer == ckpt.tokenizer and got.vocab == "abcde"
+    ckpt.tokenizer = None  # a character-level run: no record, read back as None
+    save_checkpoint(tmp_path / "char.ckpt", ckpt)
+    assert load_checkpoint(tmp_path / "char.ckpt").tokenizer is None
+
+
+def test_a_checkpoint_of_another_format_version_is_refused(tmp_path, monkeypatch):
+    ckpt, _ = _ckpt()
+    meta = Checkpoint._meta
+    monkeypatch.setattr(Checkpoint, "_meta", lambda self: {**meta(self), "format": 3})
+    save_checkpoint(tmp_path / "future.ckpt", ckpt)  # a valid file, checksum and all
+    with pytest.raises(ValueError, match=r"unexpected metadata \(format 3"):
+        load_checkpoint(tmp_path / "future.ckpt")
+    monkeypatch.undo()
+    raw = _v1_bytes(ckpt)  # format 1's container whose metadata claims format 2
+
+    import hashlib
+    import io
+    import json
+    import struct
+
+    with np.load(io.BytesIO(raw[56:])) as z:
+        arrays = {k: z[k] for k in z.files}
+    meta2 = {**json.loads(arrays["meta"].tobytes()), "format": 2}
+    arrays["meta"] = np.frombuffer(json.dumps(meta2).encode(), dtype=np.uint8)
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    payload = buf.getvalue()
+    head = struct.pack("<16sQ32s", raw[:16], len(payload), hashlib.sha256(payload).digest())
+    (tmp_path / "odd.ckpt").write_bytes(head + payload)
+    with pytest.raises(ValueError, match=r"unexpected metadata \(format 2"):
+        load_checkpoint(tmp_path / "odd.ckpt")
+
+
+def test_a_failed_checksum_says_whether_the_file_was_cut_extended_or_changed(tmp_path):
+    """The three diagnoses, each with the sizes recomputed from the file's own header."""
+    import json
+
+    ckpt, _ = _ckpt()
+    path = tmp_path / "last.ckpt"
+    save_checkpoint(path, ckpt)
+    raw = path.read_bytes()
+    n = int.from_bytes(raw[:8], "little")
+    header = json.loads(raw[8 : 8 + n])
+    end = max(e["data_offsets"][1] for k, e in header.items() if k != "__metadata__")
+    assert 8 + n + end == len(raw)  # the header accounts for every byte
+    changed = bytearray(raw)
+    changed[-1] ^= 0x01  # the last tensor byte: same length, another value
+    path.write_bytes(bytes(changed))
+    with pytest.raises(ValueError) as e:
+        load_checkpoint(path)
+    assert str(e.value) == (
+        f"checkpoint {str(path)!r} is corrupted: its SHA-256 checksum does not match"
+    )
+    path.write_bytes(raw + b"\x00\x00")
+    with pytest.raises(ValueError, match="corrupted: 2 unexpected bytes after the tensors"):
+        load_checkpoint(path)
+    path.write_bytes(raw[:-3])
+    want = f"truncated: its header promises {len(raw)} bytes, the file holds {len(raw) - 3}"
+    with pytest.raises(ValueError, match=want):
+        load_checkpoint(path)

@@ -94,3 +94,50 @@ def test_a_new_directory_of_a_refused_command_is_taken_away(tmp_path):
         with new_dir_or_nothing(new), lock_dir(new):
             raise ValueError("refused")
     assert new.is_dir()
+
+
+def test_the_info_sidecar_names_this_process_its_program_and_start(tmp_path, monkeypatch):
+    import json
+    import socket
+    import time
+
+    monkeypatch.setattr(sys, "argv", ["/x/resgrad/__main__.py", "train", "--out-dir", "o"])
+    path = str(tmp_path / LOCK_NAME)
+    before = time.time()
+    with hold_lock(path, "run directory 'o'"):
+        after = time.time()
+        with open(path + ".info", encoding="utf-8") as f:
+            info = json.load(f)
+        with pytest.raises(Locked) as e:
+            with hold_lock(path, "run directory 'o'"):
+                pass
+    assert info["pid"] == os.getpid() and info["host"] == socket.gethostname()
+    assert info["command"] == "resgrad train --out-dir o"  # `python -m resgrad` reads as resgrad
+    assert before <= info["started"] <= after  # wall-clock seconds since the epoch
+    started = time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(info["started"]))
+    assert f"pid {os.getpid()} on {socket.gethostname()}, started {started}" in str(e.value)
+    assert str(e.value).count("(resgrad train --out-dir o)") == 1
+
+
+def test_a_refused_command_keeps_what_it_wrote_in_a_hidden_file(tmp_path):
+    new = tmp_path / "run"
+    with pytest.raises(ValueError):
+        with new_dir_or_nothing(new), lock_dir(new):
+            (new / ".notes").write_text("kept")  # hidden but not empty: written, not bookkeeping
+            raise ValueError("refused")
+    assert (new / ".notes").read_text() == "kept"
+
+
+def test_cleanup_leaves_a_directory_whose_lock_is_held(tmp_path):
+    import contextlib
+
+    new = tmp_path / "run"
+    with contextlib.ExitStack() as other:  # another holder, still inside its run
+        with pytest.raises(ValueError):
+            with new_dir_or_nothing(new):
+                other.enter_context(lock_dir(new))
+                raise ValueError("refused")
+        assert sorted(os.listdir(new)) == [LOCK_NAME, LOCK_NAME + ".info"]
+        with pytest.raises(Locked):  # and the holder still holds it
+            with lock_dir(new):
+                pass

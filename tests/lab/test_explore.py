@@ -124,3 +124,46 @@ def test_an_overflow_is_drawn_as_gaps_with_a_note():
 def test_bad_input_is_named(kwargs, error, msg):
     with pytest.raises(error, match=msg):
         explore_figure(**{**dict(seeds=(0,), **SMALL), **kwargs})
+
+
+def test_at_gain_1_the_records_are_flows_own_and_say_the_init_untouched():
+    for init in ("gpt2", "xavier"):
+        recs = explore_records("pre-ln", gain=1.0, init=init, seeds=(0, 1), **SMALL)
+        ref = measure(FlowConfig(variant="pre-ln", init=init, heads=4, seeds=(0, 1), **SMALL))
+        assert recs == ref
+        assert {r.init for r in recs} == {init}
+
+
+def test_gain_0_is_allowed_and_zeroes_the_block_weights():
+    cfg = FlowConfig(variant="pre-ln", heads=4, **SMALL)
+    base, zero = gained_params(cfg, 0, 1.0), gained_params(cfg, 0, 0)
+    for k, v in zero.items():
+        if k.startswith("blocks.") and v.ndim == 2:
+            assert base[k].any() and not v.any()
+        else:
+            np.testing.assert_array_equal(v, base[k])
+    recs = explore_records("pre-ln", gain=0, seeds=(0,), **SMALL)
+    assert {r.init for r in recs} == {"gpt2 x0"}
+    assert all(math.isfinite(r.mean) for r in recs)
+
+
+def test_the_overflow_note_counts_the_drawn_quantitys_layers():
+    kw = dict(depth=6, width=16, gain=1e30, seeds=(0,))
+    recs = explore_records("residual", **kw)
+    for q in ("stream_grad", "stream_act"):
+        n = sum(
+            not all(math.isfinite(v) for v in (r.mean, r.min, r.max))
+            for r in recs
+            if r.quantity == q
+        )
+        assert 0 < n < len(recs)  # some layers overflow, not every record
+        fig = explore_figure(("residual", "pre-ln"), quantity=q, **kw)
+        title = fig.axes[0].get_title()
+        assert f"residual: overflowed float64 (inf/NaN) at {n} layer(s), left blank" in title
+
+
+def test_the_title_claims_a_band_only_over_several_seeds():
+    one = explore_figure("pre-ln", seeds=(0,), **SMALL).axes[0].get_title()
+    assert "mean over 1 seed(s)" in one and "band" not in one
+    two = explore_figure("pre-ln", seeds=(0, 1), **SMALL).axes[0].get_title()
+    assert "mean over 2 seed(s), band = min..max" in two

@@ -112,3 +112,54 @@ def test_json_roundtrip_of_depth_rows():
     data = json.loads(render_depth(StackConfig(), "json", ratio=True))
     assert [r["depth"] for r in data["rows"]] == [1, 5, 10, 20]
     assert data["rows"][-1]["with_residual"] == depth_table()[-1].with_residual
+
+
+def _stream(Ws, x, residual):
+    """The stack's forward by hand: x_{i+1} = x_i + tanh(x_i @ W_i) (no + x_i when plain)."""
+    xs = [x]
+    for W in Ws:
+        f = np.tanh(xs[-1] @ W)
+        xs.append(xs[-1] + f if residual else f)
+    return xs
+
+
+@pytest.mark.parametrize("residual", [True, False])
+def test_profile_norms_are_the_hand_computed_ones(residual):
+    # the activation norms by a forward written out here; the weight-gradient norms by
+    # central differences of L = sum(out) (the upstream gradient of ones), layer by layer
+    cfg = StackConfig(depths=(3,), width=4, batch=2, scale=0.9)
+    Ws = make_bank(cfg)
+    x = np.random.RandomState(cfg.input_seed).randn(2, 4)
+    prof = run_stack(cfg, 3, residual=residual, bank=Ws)
+    xs = _stream(Ws, x, residual)
+    np.testing.assert_allclose(prof.act_norms, [np.linalg.norm(a) for a in xs], rtol=1e-14)
+    h = 1e-6
+    for i in range(3):
+        dW = np.zeros((4, 4))
+        for j, k in np.ndindex(4, 4):
+            plus = [W.copy() for W in Ws]
+            minus = [W.copy() for W in Ws]
+            plus[i][j, k] += h
+            minus[i][j, k] -= h
+            dW[j, k] = (
+                _stream(plus, x, residual)[-1].sum() - _stream(minus, x, residual)[-1].sum()
+            ) / (2 * h)
+        assert prof.weight_grad_norms[i] == pytest.approx(np.linalg.norm(dW), rel=1e-7)
+    assert len(set(prof.weight_grad_norms)) == 3  # distinct per layer: the order is checked
+
+
+def test_bad_gradcheck_config_and_seed_bounds_are_named():
+    with pytest.raises(ValueError, match="eps must be positive, got 0"):
+        GradcheckConfig(eps=0)
+    bound = r"seed must be an integer in \[0, 2\*\*32\), got 4294967296"
+    with pytest.raises(ValueError, match=bound):
+        StackConfig(seed=2**32)
+    with pytest.raises(ValueError, match="input_seed must be an integer"):
+        StackConfig(input_seed=2**32)
+    assert StackConfig(seed=2**32 - 1).seed == 2**32 - 1  # the last seed RandomState takes
+
+
+def test_a_bank_shorter_than_the_depth_is_refused():
+    cfg = StackConfig()
+    with pytest.raises(ValueError, match="depth 5 needs 5 matrices but the bank holds 4"):
+        run_stack(cfg, 5, residual=True, bank=make_bank(cfg, 4))

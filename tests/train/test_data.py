@@ -118,3 +118,52 @@ def test_unigram_entropy():
     assert unigram_entropy("aaaa") == 0.0
     assert unigram_entropy("abab") == pytest.approx(math.log(2))
     assert unigram_entropy("abcd") == pytest.approx(math.log(4))
+
+
+def test_min_length_is_the_shortest_text_whose_two_splits_hold_a_window():
+    # from first principles: the smallest n whose 90/10 split leaves T + 1 tokens in each
+    for T in (1, 2, 7, 8, 9, 31, 64, 100):
+        n = next(
+            n for n in range(1, 100 * (T + 1))
+            if min(len(s) for s in split_train_val(np.arange(n))) >= T + 1
+        )  # fmt: skip
+        assert min_length(T) == n
+    assert min_length(8) == 81  # by hand: int(81 * 0.9) = 72 train, 9 val; 80 gives 72 / 8
+
+
+def test_unknown_characters_name_the_first_position_in_the_text():
+    tok = CharTokenizer.from_text("abc")
+    with pytest.raises(ValueError, match=r"2 character\(s\).*'y', 'z'.*first at position 2"):
+        tok.encode("abzyy")  # 'z' comes first in the text, 'y' first in sorted order
+
+
+def test_decode_refuses_negative_ids():
+    tok = CharTokenizer("abc")
+    for ids in ([-1], [0, -3]):
+        with pytest.raises(ValueError, match=r"token id -\d outside \[0, 3\)"):
+            tok.decode(ids)
+
+
+def test_a_text_over_the_limit_is_refused_not_cut(tmp_path, monkeypatch):
+    import resgrad.train.data as data
+
+    monkeypatch.setattr(data, "MAX_DATA_BYTES", 100)
+    p = tmp_path / "t.txt"
+    p.write_text("x" * 100, encoding="utf-8")
+    assert data.read_text(p) == "x" * 100  # exactly the limit is read whole
+    p.write_text("x" * 101, encoding="utf-8")
+    with pytest.raises(ValueError, match="larger than"):
+        data.read_text(p)
+
+
+def test_a_directory_or_a_pipe_is_refused_as_not_a_regular_file(tmp_path):
+    import os
+
+    from resgrad.train.data import check_text_file, read_text
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for p in (tmp_path, fifo):
+        for f in (check_text_file, read_text, lambda p: load_corpus(p, block_size=8)):
+            with pytest.raises(ValueError, match="not a regular file"):
+                f(p)

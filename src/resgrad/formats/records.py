@@ -18,7 +18,7 @@ __all__ = ["to_csv", "to_json"]
 def _cell(v: object) -> object:
     if v is None:
         return ""
-    return repr(v) if isinstance(v, float) else v
+    return repr(float(v)) if isinstance(v, float) else v  # float(): np.float64 is a float too
 
 
 def to_csv(rows: Sequence[Mapping], fields: Sequence[str]) -> str:
