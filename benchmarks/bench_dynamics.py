@@ -23,9 +23,10 @@ from threadpoolctl import threadpool_info
 
 from resgrad.nn.model import GPT
 from resgrad.perf.heap import keep_freed_memory
+from resgrad.train.config import TrainConfig
 from resgrad.train.data import get_batch, load_corpus
 from resgrad.train.dynamics import DynamicsMonitor, DynamicsWriter, make_record
-from resgrad.train.loop import TrainConfig, train_step
+from resgrad.train.loop import train_step
 from resgrad.train.optim import AdamW
 
 

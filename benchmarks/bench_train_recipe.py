@@ -26,8 +26,9 @@ import numpy as np
 
 from resgrad.nn.model import GPT
 from resgrad.perf.heap import keep_freed_memory
+from resgrad.train.config import TrainConfig
 from resgrad.train.data import get_batch, load_corpus
-from resgrad.train.loop import TrainConfig, train_step
+from resgrad.train.loop import train_step
 from resgrad.train.optim import AdamW
 from resgrad.train.shards import Shards
 

@@ -98,7 +98,8 @@ MUTANTS = [
            "dnll = valid * f(float(dloss) / max(n_valid, 1))", "dnll = valid * f(float(dloss))",
            LAYERS),
     Mutant("mlp backward skips GELU", "nn/layers.py",
-           "dh = gelu_backward(da, c_act)  # (..., F)", "dh = da  # (..., F)", LAYERS),
+           "dh = ACTIVATIONS[activation][1](da, c_act)  # (..., F)", "dh = da  # (..., F)",
+           LAYERS),
     # -- nn/blocks.py: the residual schemes
     Mutant("pre-ln block backward drops + x", "nn/blocks.py",
            "            return df  # no + x path: the gradient has only the sublayer route home\n"

@@ -148,3 +148,39 @@ def test_series_that_coincide_stay_visible_and_are_named():
     title = fig.axes[0].get_title()
     assert "q2 lies on q" in title and "p2 lies on p" in title
     assert "r lies on" not in title and "s lies on" not in title
+
+
+def _records(n_steps, evals=(0,)):
+    steps = [{"kind": "iter", "iter": i, "loss": 3.0 - 0.1 * i} for i in range(n_steps)]
+    return steps + [{"kind": "eval", "iter": i, "train_loss": 2.9, "val_loss": 3.0} for i in evals]
+
+
+def test_one_step_is_drawn_as_a_point_not_an_invisible_line():
+    """A line through one point draws nothing: a 1-step run's loss needs a marker."""
+    from resgrad.plots import draw_losses, new_figure
+
+    fig, (ax,) = new_figure()
+    draw_losses(ax, _records(1, evals=()))
+    raw, smooth = ax.get_lines()
+    assert raw.get_xdata().tolist() == [0] and smooth.get_ydata().tolist() == [3.0]
+    assert smooth.get_marker() not in ("None", "", None) and smooth.get_markersize() > 0
+    fig, (ax,) = new_figure()
+    draw_losses(ax, _records(5, evals=()))  # more steps: the lines as they always were
+    assert all(ln.get_marker() == "None" for ln in ax.get_lines())
+
+
+def test_the_loss_curves_are_the_records_trailing_mean_and_val_losses():
+    from resgrad.plots import draw_losses, new_figure
+
+    rng = np.random.default_rng(0)
+    losses = rng.uniform(1, 3, 40)
+    records = [{"kind": "iter", "iter": i, "loss": float(v)} for i, v in enumerate(losses)]
+    records += [{"kind": "eval", "iter": i, "train_loss": 9.0, "val_loss": 2.0 + i / 100}
+                for i in (0, 20, 40)]  # fmt: skip
+    fig, (ax,) = new_figure()
+    draw_losses(ax, records)
+    raw, smooth, val = ax.get_lines()
+    assert raw.get_ydata().tolist() == losses.tolist()
+    want = [np.mean(losses[max(0, i - 24) : i + 1]) for i in range(40)]  # the last 25 steps
+    np.testing.assert_allclose(smooth.get_ydata(), want, rtol=1e-12)
+    assert list(val.get_xdata()) == [0, 20, 40] and list(val.get_ydata()) == [2.0, 2.2, 2.4]

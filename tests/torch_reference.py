@@ -3,7 +3,8 @@
 Tests only (the library never imports torch). Every piece is PyTorch's, not a
 transcription of resgrad's code: ``nn.Embedding``, ``nn.LayerNorm``,
 ``nn.MultiheadAttention`` (causal mask), ``nn.Linear``, ``nn.GELU(approximate="tanh")``
-and ``F.cross_entropy``; autograd computes the gradients.
+(``nn.GELU()``, the exact form, for ``activation="gelu-erf"``) and ``F.cross_entropy``;
+autograd computes the gradients.
 
 Layout map: resgrad's linear weights are (C_in, C_out) and ``out = x @ w + b``;
 PyTorch's are (C_out, C_in) and ``out = x @ W.T + b``, so every weight is
@@ -15,6 +16,9 @@ transposed on the way in and its gradient on the way out. The fused
 from __future__ import annotations
 
 import numpy as np
+
+# resgrad's GPTConfig.activation -> nn.GELU's ``approximate``
+GELU_APPROXIMATE = {"gelu-tanh": "tanh", "gelu-erf": "none"}
 
 
 def build(torch, cfg, params: dict[str, np.ndarray]):
@@ -37,7 +41,8 @@ def build(torch, cfg, params: dict[str, np.ndarray]):
             self.attn = nn.MultiheadAttention(C, H, bias=cfg.bias, batch_first=True, dtype=dtype)
             self.fc = nn.Linear(C, 4 * C, bias=cfg.bias, dtype=dtype)
             self.proj = nn.Linear(4 * C, C, bias=cfg.bias, dtype=dtype)
-            self.gelu = nn.GELU(approximate="tanh")
+            # GPTConfig.activation: GPT-2's tanh form, or the exact erf form (nanoGPT's)
+            self.gelu = nn.GELU(approximate=GELU_APPROXIMATE[cfg.activation])
             self.alpha = nn.Parameter(torch.zeros(1, dtype=dtype)) if v == "rezero" else None
 
         def f_attn(self, x):

@@ -6,7 +6,9 @@ A plot is described by a :class:`PlotSpec` (title, labelled axes, their scales a
 the series to draw), rendered by :func:`make_figure` and written atomically by
 :func:`save_plot`. The spec holds the very numbers that are drawn, so a caller
 (or a test) can compare them with the numbers it measured; :func:`plotted_series`
-reads them back out of a rendered figure's artists.
+reads them back out of a rendered figure's artists. A training run's figures are
+drawn from its metrics records: :func:`render_loss_plot` (``loss.png``) and
+:func:`render_depth_plot` (``depth_train.png``).
 
 The figure is a ``matplotlib.figure.Figure`` drawn on a ``FigureCanvasAgg``:
 pyplot is never imported, so no global backend or figure registry is touched
@@ -35,11 +37,14 @@ __all__ = [
     "FORMATS",
     "PlotSpec",
     "Series",
+    "draw_losses",
     "figure_bytes",
     "make_figure",
     "new_figure",
     "plot_format",
     "plotted_series",
+    "render_depth_plot",
+    "render_loss_plot",
     "render_plot",
     "save_figure",
     "save_plot",
@@ -264,3 +269,86 @@ def save_plot(spec: PlotSpec, path: str | os.PathLike) -> PlotSpec:
 def save_figure(fig: Figure, path: str | os.PathLike) -> None:
     """Write ``fig`` to ``path`` atomically, PNG or SVG by its extension."""
     atomic_write_bytes(path, figure_bytes(fig, plot_format(path)))
+
+
+# --------------------------------------------------------------------------- training runs
+
+
+def _smooth(y: np.ndarray, n: int) -> np.ndarray:
+    """Trailing mean over up to n steps, (N,) -> (N,)."""
+    c = np.cumsum(np.insert(y, 0, 0.0))  # (N + 1,)
+    i = np.arange(1, len(y) + 1)  # (N,)
+    lo = np.maximum(0, i - n)  # (N,)
+    return (c[i] - c[lo]) / (i - lo)  # (N,)
+
+
+def draw_losses(ax, records: list[dict], label: str = "", color=None) -> None:
+    """Draw on ``ax`` a run's train loss per step (raw, faint; smoothed) and val loss per eval."""
+    steps = [r for r in records if r["kind"] == "iter"]
+    evals = [r for r in records if r["kind"] == "eval"]
+    pre = f"{label} " if label else ""
+    if steps:
+        x = np.array([r["iter"] for r in steps])  # (N,)
+        y = np.array([r["loss"] for r in steps])  # (N,)
+        (line,) = ax.plot(x, y, lw=0.6, alpha=0.3, color=color)
+        color = line.get_color()
+        point = {"marker": "o", "ms": 4} if len(x) == 1 else {}  # one step: a line draws nothing
+        ax.plot(x, _smooth(y, 25), lw=1.2, color=color, label=f"{pre}train (per step, smoothed)",
+                **point)  # fmt: skip
+    if evals:
+        ex = [r["iter"] for r in evals]
+        ax.plot(ex, [r["val_loss"] for r in evals], "o--", ms=3.5, color=color,
+                label=f"{pre}val (eval)")  # fmt: skip
+
+
+def render_loss_plot(records: list[dict], title: str, entropy: float | None = None) -> bytes:
+    """PNG of the training loss per step (raw and smoothed) and the validation loss per eval."""
+    fig, (ax,) = new_figure()
+    draw_losses(ax, records)
+    if entropy is not None:
+        ax.axhline(entropy, color="gray", ls=":", lw=1, label=f"unigram entropy {entropy:.3f}")
+    ax.set_xlabel("iteration")
+    ax.set_ylabel("cross-entropy loss (nats per character)")
+    ax.set_title(title, fontsize=10)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return figure_bytes(fig, "png")
+
+
+def render_depth_plot(
+    runs: dict[str, list[dict]], title: str, entropy: float | None = None
+) -> bytes:
+    """Left: every variant's losses. Right: per-layer gradient norms at the first and last step."""
+    fig, (ax1, ax2) = new_figure(ncols=2, width=12.0)
+    colors = {}
+    for v, records in runs.items():
+        draw_losses(ax1, records, label=v)
+        colors[v] = ax1.get_lines()[-1].get_color()
+    if entropy is not None:
+        ax1.axhline(entropy, color="gray", ls=":", lw=1, label=f"unigram entropy {entropy:.3f}")
+    ax1.set_xlabel("iteration")
+    ax1.set_ylabel("cross-entropy loss (nats per character)")
+    ax1.set_title("loss", fontsize=10)
+    ax1.grid(True, alpha=0.3)
+    ax1.legend(fontsize=8)
+    for v, records in runs.items():
+        steps = [r for r in records if r["kind"] == "iter"]
+        if not steps:
+            continue
+        for r, style in ((steps[0], "o--"), (steps[-1], "s-")):
+            g = r["layer_grad_norms"]
+            ax2.plot(range(len(g)), g, style, ms=4, color=colors[v],
+                     label=f"{v}, step {r['iter']}")  # fmt: skip
+    ax2.set_yscale("log", nonpositive="mask")
+    ax2.set_xlabel("block (0 = next to the input)")
+    ax2.set_ylabel("gradient norm of the block's parameters")
+    ax2.set_title("per-layer gradient norms, first and last step", fontsize=10)
+    ax2.grid(True, alpha=0.3)
+    if ax2.get_lines():
+        ax2.legend(fontsize=8)
+    else:  # --max-iters 0: evaluations only, no step to draw
+        ax2.text(0.5, 0.5, "no training step", ha="center", va="center", transform=ax2.transAxes)
+    fig.suptitle(title, fontsize=11)
+    fig.tight_layout()
+    return figure_bytes(fig, "png")

@@ -318,18 +318,31 @@ def test_sample_streams_tokens_and_an_interrupt_keeps_them(tmp_path, text):
     assert (
         resgrad("train", "--out-dir", out, "--data", text, *TINY, "--max-iters", 2).returncode == 0
     )
-    p = start("sample", "--out-dir", out, "--start", "the ", "--num-tokens", 10**7)
+    # Ctrl-C as a terminal delivers it. A process started with SIGINT ignored (a test run
+    # launched in the background: `pytest &`, nohup, some CI runners) passes the ignoring
+    # on, Python then installs no KeyboardInterrupt handler, and the interrupt would do
+    # nothing until the timeout: the child gets SIGINT's default disposition back first.
+    p = subprocess.Popen(
+        [sys.executable, "-m", "resgrad", "sample", "--out-dir", str(out), "--start", "the ",
+         "--num-tokens", str(10**7)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )  # fmt: skip
     try:
-        got = p.stdout.read(20)  # arrives while the 10**7 tokens are far from done
-        assert got.startswith("the ") and len(got) == 20
-        assert p.poll() is None
+        got = b""
+        while len(got) < 20:  # raw reads: nothing is held in a buffer communicate() skips
+            chunk = os.read(p.stdout.fileno(), 20 - len(got))
+            assert chunk, p.communicate(timeout=60)  # the output arrives while 10**7 tokens
+            got += chunk  # are far from done
+        assert got.startswith(b"the ") and p.poll() is None
         p.send_signal(signal.SIGINT)
         rest, err = p.communicate(timeout=60)
     finally:
         if p.poll() is None:
             p.kill()
+    err = err.decode()
     assert p.returncode == 130 and "interrupted" in err and "Traceback" not in err, err
-    assert (got + rest).endswith("\n") and len(got + rest) >= 21
+    assert (got + rest).endswith(b"\n") and len(got + rest) >= 21
 
 
 # -- 10: --threads limits the BLAS threads of a computing command

@@ -80,3 +80,240 @@ def test_a_destination_that_cannot_be_written_is_named_not_its_temporary(tmp_pat
     with pytest.raises(OSError, match=r"cannot write '/proc/x\.png' in '/proc'") as e:
         atomic_write_bytes("/proc/x.png", b"x")  # /proc takes no new files
     assert ".tmp" not in str(e.value)
+
+
+# --------------------------------------------------------------------------- durability
+
+
+def _fd_path(fd):
+    return os.readlink(f"/proc/self/fd/{fd}")
+
+
+def _record_calls(monkeypatch):
+    """Log every fsync (by the path of its descriptor) and every os.replace, in order."""
+    events = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd):
+        events.append(("fsync", _fd_path(fd)))
+        real_fsync(fd)
+
+    def replace(src, dst):
+        events.append(("replace", os.fspath(src), os.fspath(dst)))
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    return events
+
+
+def test_atomic_write_fsyncs_the_file_before_the_rename_and_the_directory_after(
+    tmp_path, monkeypatch
+):
+    events = _record_calls(monkeypatch)
+    atomic_write_bytes(tmp_path / "a.bin", b"new")
+    (rename,) = [e for e in events if e[0] == "replace"]
+    tmp, dst = rename[1], rename[2]
+    assert dst == str(tmp_path / "a.bin") and os.path.basename(tmp).startswith(".a.bin.")
+    i = events.index(rename)
+    assert ("fsync", tmp) in events[:i]  # the bytes are on disk before they get the name
+    assert ("fsync", str(tmp_path)) in events[i + 1 :]  # and the name is, after
+    assert (tmp_path / "a.bin").read_bytes() == b"new"
+
+
+def test_staged_dir_writes_a_directory_as_a_whole(tmp_path):
+    from resgrad.formats.atomic import staged_dir
+
+    d = tmp_path / "parent" / "model"  # the parent is made too
+    old = os.umask(0o022)
+    try:
+        with staged_dir(d) as stage:
+            assert os.path.dirname(stage) == str(d.parent) and not d.exists()
+            with open(os.path.join(stage, "a.json"), "w") as f:
+                f.write("{}")
+            os.mkdir(os.path.join(stage, "sub"))
+            with open(os.path.join(stage, "sub", "b.bin"), "wb") as f:
+                f.write(b"b")
+    finally:
+        os.umask(old)
+    assert (d / "a.json").read_text() == "{}" and (d / "sub" / "b.bin").read_bytes() == b"b"
+    assert os.listdir(d.parent) == ["model"]  # no temporary left
+    assert d.stat().st_mode & 0o777 == 0o755  # the usual mode, not mkdtemp's 0700
+
+
+def test_staged_dir_fsyncs_everything_before_the_one_rename(tmp_path, monkeypatch):
+    from resgrad.formats.atomic import staged_dir
+
+    d = tmp_path / "model"
+    events = _record_calls(monkeypatch)
+    with staged_dir(d) as stage:
+        for name in ("a.json", "b.bin"):
+            with open(os.path.join(stage, name), "wb") as f:
+                f.write(name.encode())
+    (rename,) = [e for e in events if e[0] == "replace"]
+    assert rename == ("replace", stage, str(d))
+    i = events.index(rename)
+    before, after = events[:i], events[i + 1 :]
+    for name in ("a.json", "b.bin"):
+        assert ("fsync", os.path.join(stage, name)) in before, events
+    assert ("fsync", stage) in before, events  # its entries
+    assert ("fsync", str(tmp_path)) in after, events  # the rename itself
+
+
+def test_staged_dir_refuses_a_non_empty_directory_unless_replacing(tmp_path):
+    from resgrad.formats.atomic import staged_dir
+
+    d = tmp_path / "model"
+    d.mkdir()
+    with staged_dir(d) as stage:  # an empty one is taken
+        open(os.path.join(stage, "v1"), "w").close()
+    with pytest.raises(FileExistsError, match="is not empty"), staged_dir(d):
+        pytest.fail("entered")
+    with staged_dir(d, replace=True) as stage:
+        open(os.path.join(stage, "v2"), "w").close()
+    assert os.listdir(d) == ["v2"] and os.listdir(tmp_path) == ["model"]
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(NotADirectoryError, match="is a file"), staged_dir(tmp_path / "file"):
+        pytest.fail("entered")
+
+
+def _fill(stage, version):
+    for name in ("config.json", "weights.bin", "tokenizer.json"):
+        with open(os.path.join(stage, name), "w") as f:
+            f.write(f"{name} {version}")
+
+
+def _version(d):
+    """'old' or 'new' if every file of ``d`` is of that version; anything else fails."""
+    contents = {n: (d / n).read_text() for n in sorted(os.listdir(d))}
+    versions = {v.split()[-1] for v in contents.values()}
+    assert len(contents) == 3 and len(versions) == 1, contents  # never a mix
+    return versions.pop()
+
+
+def test_a_failure_at_each_rename_leaves_the_old_directory_and_no_temporary(tmp_path, monkeypatch):
+    from resgrad.formats.atomic import staged_dir
+
+    d = tmp_path / "model"
+    with staged_dir(d) as stage:
+        _fill(stage, "old")
+    real_replace = os.replace
+    k = 0
+    while True:
+        k += 1
+        calls = []
+
+        def replace(src, dst, calls=calls, k=k):
+            calls.append(src)
+            if len(calls) == k:
+                raise OSError(f"simulated failure at rename {k}")
+            real_replace(src, dst)
+
+        monkeypatch.setattr(os, "replace", replace)
+        try:
+            with staged_dir(d, replace=True) as stage:
+                _fill(stage, "new")
+        except OSError as e:
+            assert f"rename {k}" in str(e)
+            assert _version(d) == "old", k
+            assert os.listdir(tmp_path) == ["model"], (k, os.listdir(tmp_path))
+            continue
+        break
+    assert k == 3  # the old aside, the new in place; both failures seen, then it went through
+    assert _version(d) == "new" and os.listdir(tmp_path) == ["model"]
+
+
+def test_a_failing_body_leaves_the_old_directory_and_no_temporary(tmp_path):
+    from resgrad.formats.atomic import staged_dir
+
+    d = tmp_path / "model"
+    with staged_dir(d) as stage:
+        _fill(stage, "old")
+    with pytest.raises(RuntimeError, match="half"), staged_dir(d, replace=True) as stage:
+        _fill(stage, "new")
+        raise RuntimeError("killed half-way")
+    assert _version(d) == "old" and os.listdir(tmp_path) == ["model"]
+
+
+def _killed_at(step, fn):
+    """Run ``fn`` in a forked child that SIGKILLs itself at its ``step``-th call of
+    os.fsync, os.replace or shutil.rmtree (before the call). True if it was killed."""
+    import shutil
+    import signal
+
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into pytest
+        try:
+            n = [0]
+
+            def hook(real):
+                def call(*a, **k):
+                    n[0] += 1
+                    if n[0] == step:
+                        os.kill(os.getpid(), signal.SIGKILL)
+                    return real(*a, **k)
+
+                return call
+
+            os.fsync, os.replace = hook(os.fsync), hook(os.replace)
+            shutil.rmtree = hook(shutil.rmtree)
+            fn()
+        finally:
+            os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFSIGNALED(status) or os.WEXITSTATUS(status) == 0, status
+    return os.WIFSIGNALED(status)
+
+
+def test_a_kill_at_any_step_leaves_the_old_or_the_new_directory(tmp_path):
+    """SIGKILL at every fsync, rename and removal of a replacing staged_dir: the directory
+    is the old one or the new one; killed between the two renames, the old one is aside,
+    complete, and put back. The next write removes every temporary the kill left."""
+    from resgrad.formats.atomic import remove_stale_staging, staged_dir
+
+    d = tmp_path / "model"
+    seen = set()
+    step = 0
+    while True:
+        step += 1
+        with staged_dir(d, replace=True) as stage:  # also cleans up the previous kill
+            _fill(stage, "old")
+        assert os.listdir(tmp_path) == ["model"], os.listdir(tmp_path)
+
+        def write_new():
+            with staged_dir(d, replace=True) as stage:
+                _fill(stage, "new")
+
+        killed = _killed_at(step, write_new)
+        if not d.exists():  # between the renames
+            seen.add("missing")
+            assert remove_stale_staging(d) and _version(d) == "old"
+        seen.add(_version(d))
+        if not killed:
+            break
+    assert step > 6 and seen == {"old", "new", "missing"}, (step, seen)
+    assert _version(d) == "new" and os.listdir(tmp_path) == ["model"]
+
+
+def test_only_a_dead_processs_temporaries_are_removed(tmp_path):
+    import subprocess
+    import sys
+
+    from resgrad.formats.atomic import remove_stale_staging, staged_dir
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    pid = int(dead.stdout)
+    stale = [f".model.new-{pid}-a1b2c3.tmp", f".model.old-{pid}-d4e5f6.tmp"]
+    live = [f".model.new-{os.getpid()}-a1b2c3.tmp", f".other.new-{pid}-a1b2c3.tmp",
+            f"model.new-{pid}-a1b2c3.tmp"]  # fmt: skip
+    with staged_dir(tmp_path / "model") as stage:
+        _fill(stage, "old")
+    for n in stale + live:
+        (tmp_path / n).mkdir()
+        (tmp_path / n / "f").write_text(n)
+    with staged_dir(tmp_path / "model", replace=True) as stage:
+        _fill(stage, "new")
+    assert sorted(os.listdir(tmp_path)) == sorted(["model", *live])
+    assert _version(tmp_path / "model") == "new"  # the old one aside was not put back
+    assert remove_stale_staging(tmp_path / "model") == []

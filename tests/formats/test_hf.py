@@ -70,9 +70,14 @@ def _resgrad_name(hf_name):
     raise KeyError(hf_name)
 
 
-def test_float64_logits_and_every_gradient_match_transformers(torch, transformers, tmp_path):
-    hf, d = _saved(torch, transformers, tmp_path)
+@pytest.mark.parametrize("act, ours", [("gelu_new", "gelu-tanh"), ("gelu", "gelu-erf")])
+def test_float64_logits_and_every_gradient_match_transformers(
+    torch, transformers, tmp_path, act, ours
+):
+    """GPT-2's tanh GELU and the exact one (activation_function "gelu", nanoGPT's)."""
+    hf, d = _saved(torch, transformers, tmp_path, activation_function=act)
     model = load_hf(d, dtype=np.float64)
+    assert model.cfg.activation == ours
     ids = _ids(SMALL["vocab_size"])
     idx, tgt = ids[:, :-1], ids[:, 1:]
     logits, loss, cache = model.forward(idx, tgt)
@@ -106,8 +111,9 @@ def test_a_broken_weight_breaks_the_parity(torch, transformers, tmp_path):
     assert np.abs(logits - ref).max() / np.abs(ref).max() > 1e-3
 
 
-def test_float32_logits_and_50_greedy_tokens_match(torch, transformers, tmp_path):
-    hf, d = _saved(torch, transformers, tmp_path, dtype=torch.float32)
+@pytest.mark.parametrize("act", ["gelu_new", "gelu"])
+def test_float32_logits_and_50_greedy_tokens_match(torch, transformers, tmp_path, act):
+    hf, d = _saved(torch, transformers, tmp_path, dtype=torch.float32, activation_function=act)
     model = load_hf(d)
     assert model.dtype == np.float32
     idx = _ids(SMALL["vocab_size"], B=2, T=20)
@@ -143,7 +149,7 @@ def test_resgrad_to_hf_to_resgrad_is_bit_identical(torch, transformers, tmp_path
         cfg = GPTConfig(vocab_size=50, block_size=16, n_layer=2, n_head=4, n_embd=32)
         model = GPT(cfg, seed=3, dtype=dtype)
         randomize_params(model.params, np.random.default_rng(4))
-        export_hf(model, tmp_path / "out")
+        export_hf(model, tmp_path / "out", force=True)  # the float64 one replaces the first
         back = load_hf(tmp_path / "out", dtype=dtype)
         assert back.cfg == cfg
         assert list(back.params) == list(model.params)
@@ -166,6 +172,40 @@ def test_export_loads_in_transformers_with_no_missing_or_unexpected_keys(
     assert not info.get("mismatched_keys"), info
     idx = _ids(50, T=16)
     ref = hf.eval()(torch.from_numpy(idx)).logits.detach().numpy()
+    assert np.abs(model.forward(idx)[0] - ref).max() / np.abs(ref).max() < LOGITS_TOL_64
+
+
+@pytest.mark.parametrize("activation, written", [("gelu-tanh", "gelu_new"), ("gelu-erf", "gelu")])
+def test_export_writes_the_activation_eps_and_sizes_and_reads_them_back(tmp_path, activation,
+                                                                        written):  # fmt: skip
+    """config.json's fields from the config they come from, every size distinct, and back."""
+    cfg = GPTConfig(vocab_size=50, block_size=24, n_layer=3, n_head=2, n_embd=8, ln_eps=3e-4,
+                    activation=activation)  # fmt: skip
+    export_hf(GPT(cfg, seed=0), tmp_path / "out")
+    c = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert (c["vocab_size"], c["n_positions"], c["n_layer"], c["n_head"], c["n_embd"]) == (
+        50, 24, 3, 2, 8)  # fmt: skip
+    assert c["layer_norm_epsilon"] == 3e-4 and c["activation_function"] == written
+    assert c["model_type"] == "gpt2" and c["n_inner"] is None and c["tie_word_embeddings"]
+    assert load_hf(tmp_path / "out").cfg == cfg
+    for act, ours in (("gelu_new", "gelu-tanh"), ("gelu_pytorch_tanh", "gelu-tanh"),
+                      ("gelu", "gelu-erf"), ("gelu_python", "gelu-erf")):  # fmt: skip
+        _edit_config(tmp_path / "out", activation_function=act)
+        assert load_hf(tmp_path / "out").cfg.activation == ours, act
+
+
+def test_an_exact_gelu_export_is_the_model_transformers_runs(torch, transformers, tmp_path):
+    cfg = GPTConfig(vocab_size=50, block_size=16, n_layer=2, n_head=4, n_embd=32,
+                    activation="gelu-erf")  # fmt: skip
+    model = GPT(cfg, seed=3, dtype=np.float64)
+    randomize_params(model.params, np.random.default_rng(4))
+    export_hf(model, tmp_path / "out")
+    hf = transformers.GPT2LMHeadModel.from_pretrained(
+        tmp_path / "out", dtype=torch.float64, attn_implementation="eager"
+    ).eval()
+    assert hf.config.activation_function == "gelu"
+    idx = _ids(50, T=16)
+    ref = hf(torch.from_numpy(idx)).logits.detach().numpy()
     assert np.abs(model.forward(idx)[0] - ref).max() / np.abs(ref).max() < LOGITS_TOL_64
 
 
@@ -197,7 +237,7 @@ def _nanogpt_state(hf, compiled=False):
 
 @pytest.mark.parametrize("compiled", [False, True], ids=["plain", "orig-mod-prefix"])
 def test_nanogpt_state_dict_loads_to_the_same_logits(torch, transformers, tmp_path, compiled):
-    hf = _hf_model(torch, transformers, seed=5)
+    hf = _hf_model(torch, transformers, seed=5, activation_function="gelu")  # nanoGPT's nn.GELU()
     args = dict(n_layer=2, n_head=4, n_embd=64, block_size=80, vocab_size=97, bias=True,
                 dropout=0.0)  # fmt: skip
     model = nanogpt_state_to_params(args, _nanogpt_state(hf, compiled), dtype=np.float64)
@@ -269,7 +309,7 @@ def test_a_directory_without_config_json(tmp_path):
 def test_model_type_other_than_gpt2(tmp_path):
     d = _tiny_dir(tmp_path)
     _edit_config(d, model_type="llama")
-    _one_line_error(d, "model_type is 'llama'")
+    _one_line_error(d, 'model_type is "llama"')
 
 
 @pytest.mark.parametrize(
@@ -450,3 +490,325 @@ def test_a_bfloat16_checkpoint_loads_as_its_exact_float32_values(tmp_path):
     (bf / "model.safetensors").write_bytes(len(head).to_bytes(8, "little") + head + bytes(4))
     with pytest.raises(ValueError, match=r"'x' has dtype F8_E4M3, which resgrad does not read"):
         load_hf(bf)
+
+
+# --------------------------------------------------------------------------- every field read
+
+
+_CONFIG_FIELDS = {  # field -> what a good value is
+    "vocab_size": "an integer >= 1",
+    "n_positions": "an integer >= 1",
+    "n_layer": "an integer >= 1",
+    "n_head": "an integer >= 1",
+    "n_embd": "an integer >= 1",
+    "layer_norm_epsilon": "a positive finite number",
+}
+
+
+@pytest.mark.parametrize("field", list(_CONFIG_FIELDS))
+@pytest.mark.parametrize("value", [None, "8", True, -1, 0, 2.5, [8], {"v": 8}])
+def test_every_config_field_is_checked_for_type_and_range(tmp_path, field, value):
+    """null, strings, booleans, negatives, zero and non-integers in a field resgrad reads:
+    one line naming the file and the field, the value as JSON writes it, and what fits."""
+    if field == "layer_norm_epsilon" and value == 2.5:
+        value = float("inf")  # 2.5 is a positive number: eps must be finite instead
+    d = _tiny_dir(tmp_path)
+    _edit_config(d, **{field: value})
+    if field == "n_positions":  # the old alias must not stand in for a bad n_positions
+        _edit_config(d, n_ctx=8)
+    msg = _one_line_error(d, re.escape(f"{field} is {json.dumps(value)}; expected"))
+    assert msg.startswith(f"{d / 'config.json'}: ") and msg.count("config.json") == 1, msg
+    assert _CONFIG_FIELDS[field] in msg, msg
+
+
+def test_an_integral_float_size_and_an_integer_epsilon_are_read_as_numbers(tmp_path):
+    d = _tiny_dir(tmp_path)
+    _edit_config(d, n_layer=2.0, layer_norm_epsilon=1)
+    cfg = load_hf(d).cfg
+    assert (cfg.n_layer, cfg.ln_eps) == (2, 1.0)
+    assert type(cfg.n_layer) is int and type(cfg.ln_eps) is float
+
+
+@pytest.mark.parametrize(
+    "key, value",
+    [("scale_attn_weights", "true"), ("tie_word_embeddings", 1), ("add_cross_attention", "no"),
+     ("scale_attn_by_inverse_layer_idx", "false"), ("n_inner", "32"), ("model_type", None)],
+)  # fmt: skip
+def test_switches_must_be_json_booleans(tmp_path, key, value):
+    d = _tiny_dir(tmp_path)
+    _edit_config(d, **{key: value})
+    msg = _one_line_error(d, re.escape(f"{key} is {json.dumps(value)}"))
+    assert msg.startswith(f"{d / 'config.json'}: "), msg
+
+
+def test_a_config_too_large_for_its_weights_is_refused_before_anything_is_allocated(
+    tmp_path, monkeypatch
+):
+    """n_layer 100,000,000 in a tiny model's config hung, memory growing: the config is now
+    held against the weights' size on disk (2 bytes a parameter at least) first."""
+    import resgrad.formats.hf as hf
+
+    d = _tiny_dir(tmp_path)
+    _edit_config(d, n_layer=100_000_000)
+
+    def no_allocation(*a, **k):
+        raise AssertionError("allocated for the config's size")
+
+    monkeypatch.setattr(hf, "_names", no_allocation)
+    monkeypatch.setattr(GPT, "param_shapes", no_allocation)
+    msg = _one_line_error(d, "n_layer 100000000")
+    assert msg.endswith("parameters, but 'model.safetensors' holds 1,984 values"), msg
+
+
+def test_absurd_sizes_are_refused_by_the_config_alone():
+    from resgrad.formats.hf import gpt_config_from_hf, hf_config
+
+    ok = hf_config(GPTConfig(vocab_size=20, block_size=8, n_layer=2, n_head=2, n_embd=8))
+    with pytest.raises(ValueError, match=r"config.json: these sizes make about 9\.6e\+13 param"):
+        gpt_config_from_hf({**ok, "n_embd": 10**6, "n_head": 1, "n_layer": 8})
+    assert gpt_config_from_hf({**ok, "n_layer": 10**4}).n_layer == 10**4  # large, not absurd
+
+
+def test_load_hf_calls_fits_with_the_shape_before_reading_any_weight(tmp_path, monkeypatch):
+    import safetensors.numpy
+
+    d = _tiny_dir(tmp_path)
+    load_hf(d, fits=lambda cfg: None)  # it fits: loaded
+
+    def no_reading(*a, **k):
+        raise AssertionError("weights read before fits()")
+
+    monkeypatch.setattr(safetensors.numpy, "load_file", no_reading)
+    seen = []
+
+    def fits(cfg):
+        seen.append(cfg)
+        raise MemoryError("too big")
+
+    with pytest.raises(MemoryError, match="too big"):
+        load_hf(d, fits=fits)
+    assert seen == [GPTConfig(vocab_size=20, block_size=8, n_layer=2, n_head=2, n_embd=8)]
+
+
+# --------------------------------------------------------------------------- shards
+
+
+def test_a_sharded_model_gives_transformers_logits(torch, transformers, tmp_path):
+    """save_pretrained with a small max_shard_size: an index and several safetensors files,
+    loaded as one model with transformers' logits."""
+    hf = _hf_model(torch, transformers)
+    d = tmp_path / "sharded"
+    hf.save_pretrained(d, max_shard_size="200KB")
+    shards = sorted(p.name for p in d.glob("model-*.safetensors"))
+    assert len(shards) >= 3 and not (d / "model.safetensors").exists(), os.listdir(d)
+    index = json.loads((d / "model.safetensors.index.json").read_text())
+    assert sorted(set(index["weight_map"].values())) == shards
+    ours = load_hf(d, dtype=np.float64)
+    idx = _ids(SMALL["vocab_size"])
+    ref = hf(torch.from_numpy(idx)).logits.detach().numpy()
+    assert np.abs(ours.forward(idx)[0] - ref).max() / np.abs(ref).max() < LOGITS_TOL_64
+    os.remove(d / shards[-1])  # a shard the index names, missing: named
+    _one_line_error(d, re.escape(shards[-1]))
+
+
+def _sharded_tiny(tmp_path):
+    """The tiny model split by hand into two shards and an index."""
+    from safetensors.numpy import load_file, save_file
+
+    d = _tiny_dir(tmp_path)
+    t = load_file(d / "model.safetensors")
+    os.remove(d / "model.safetensors")
+    names = sorted(t)
+    half = {"model-00001-of-00002.safetensors": names[::2],
+            "model-00002-of-00002.safetensors": names[1::2]}  # fmt: skip
+    for shard, ks in half.items():
+        save_file({k: t[k] for k in ks}, d / shard, metadata={"format": "pt"})
+    wm = {k: shard for shard, ks in half.items() for k in ks}
+    (d / "model.safetensors.index.json").write_text(json.dumps({"weight_map": wm}))
+    return d, wm
+
+
+def test_a_hand_sharded_model_loads_as_the_single_file(tmp_path):
+    d, _ = _sharded_tiny(tmp_path)
+    one = _tiny_dir(tmp_path, "one")
+    a, b = load_hf(d), load_hf(one)
+    for k in b.params:
+        np.testing.assert_array_equal(a.params[k], b.params[k])
+
+
+@pytest.mark.parametrize(
+    "index, match",
+    [
+        ([1, 2], "is a JSON array; expected an object with a 'weight_map'"),
+        ({"metadata": {}}, "has no 'weight_map'"),
+        ({"weight_map": ["model-00001-of-00002.safetensors"]},
+         "weight_map is a JSON array; expected an object of tensor name -> shard file"),
+        ({"weight_map": {"transformer.wte.weight": 3}},
+         "weight_map['transformer.wte.weight'] is 3; expected a shard file name"),
+        ({"weight_map": {"transformer.wte.weight": None}},
+         "weight_map['transformer.wte.weight'] is null; expected a shard file name"),
+        ({"weight_map": {"transformer.wte.weight": "../other/model.safetensors"}},
+         'is "../other/model.safetensors"; expected a shard file name'),
+        ({"weight_map": {}}, "weight_map is empty"),
+    ],
+)  # fmt: skip
+def test_a_bad_safetensors_index_is_refused_by_name(tmp_path, index, match):
+    d, _ = _sharded_tiny(tmp_path)
+    (d / "model.safetensors.index.json").write_text(json.dumps(index))
+    msg = _one_line_error(d, re.escape(match))
+    assert msg.startswith(repr(str(d / "model.safetensors.index.json"))), msg
+
+
+def test_a_shard_holding_tensors_its_index_does_not_name_is_refused(tmp_path):
+    d, wm = _sharded_tiny(tmp_path)
+    first = sorted(wm)[0]
+    del wm[first]
+    (d / "model.safetensors.index.json").write_text(json.dumps({"weight_map": wm}))
+    _one_line_error(d, re.escape(f"tensor {first!r}, which the index does not map to it"))
+
+
+# --------------------------------------------------------------------------- weight values
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.int32, np.int64, np.uint8, np.bool_])
+def test_integer_and_boolean_weights_are_refused_by_name_and_dtype(tmp_path, dtype):
+    """int8 weights were cast: an all-zero model that trained with gradient norm 0."""
+    d = _tiny_dir(tmp_path)
+    bad = "transformer.h.0.attn.c_attn.weight"
+    _edit_tensors(d, lambda t: t.update({bad: t[bad].astype(dtype)}))
+    from safetensors import safe_open
+
+    with safe_open(d / "model.safetensors", framework="numpy") as f:
+        st = f.get_slice(bad).get_dtype()
+    msg = _one_line_error(d, re.escape(f"tensor {bad!r} has dtype {st}; expected floating-point"))
+    assert msg.startswith(repr(str(d / "model.safetensors"))), msg
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_float_weights_of_every_width_load_as_their_values(tmp_path, dtype):
+    d = _tiny_dir(tmp_path)
+    _edit_tensors(d, lambda t: t.update({k: v.astype(dtype) for k, v in t.items()}))
+    from safetensors.numpy import load_file
+
+    t = load_file(d / "model.safetensors")
+    got = load_hf(d, dtype=np.float64)
+    np.testing.assert_array_equal(got.params["wte"], t["transformer.wte.weight"].astype(np.float64))
+
+
+@pytest.mark.parametrize("value", [np.nan, np.inf, -np.inf, 1e300])
+def test_non_finite_weights_are_refused_naming_the_tensor(tmp_path, value):
+    """A NaN, an inf, or a float64 beyond float32's range (inf once loaded as float32)."""
+    d = _tiny_dir(tmp_path)
+    bad = "transformer.h.1.mlp.c_proj.weight"
+
+    def poison(t):
+        t[bad] = t[bad].astype(np.float64)
+        t[bad][3, 2] = value
+
+    _edit_tensors(d, poison)
+    msg = _one_line_error(d, re.escape("tensor 'h.1.mlp.c_proj.weight' holds 1 non-finite"))
+    assert msg.startswith(f"{d}: "), msg
+    if value == 1e300:  # fits float64: only the float32 load is refused
+        assert load_hf(d, dtype=np.float64).params["blocks.1.mlp.w_proj"][3, 2] == 1e300
+
+
+# --------------------------------------------------------------------------- export, as a whole
+
+
+def _two_models():
+    """Two models that differ in every file export writes: shape, weights and tokenizer."""
+    from resgrad.train.bpe import char_tokenizer_json
+
+    old = GPT(GPTConfig(vocab_size=20, block_size=8, n_layer=2, n_head=2, n_embd=8), seed=0)
+    new = GPT(GPTConfig(vocab_size=12, block_size=8, n_layer=1, n_head=2, n_embd=8), seed=1)
+    return (old, char_tokenizer_json("abcdefghijklmnopqrst")), (
+        new,
+        char_tokenizer_json("0123456789 ."),
+    )
+
+
+def _which(d, old, new):
+    """'old' or 'new' when every file in ``d`` is that export's; fails on a mix."""
+    got = load_hf(d)
+    tok = (d / "tokenizer.json").read_text()
+    for name, (model, tj) in (("old", old), ("new", new)):
+        if got.cfg == model.cfg:
+            assert tok == tj, "a tokenizer from the other export"
+            for k in model.params:
+                np.testing.assert_array_equal(got.params[k], model.params[k])
+            return name
+    raise AssertionError(f"neither export: {got.cfg}")
+
+
+def test_export_refuses_a_directory_holding_a_model_unless_forced(tmp_path):
+    (old, old_tj), (new, new_tj) = _two_models()
+    d = tmp_path / "hf"
+    export_hf(old, d, tokenizer_json=old_tj)
+    before = {n: (d / n).read_bytes() for n in os.listdir(d)}
+    with pytest.raises(ValueError) as e:
+        export_hf(new, d, tokenizer_json=new_tj)
+    assert str(e.value) == (
+        f"{str(d)!r} already holds a model (config.json, model.safetensors, tokenizer.json); "
+        "pass --force (force=True) to replace it, or choose another directory"
+    )
+    assert {n: (d / n).read_bytes() for n in os.listdir(d)} == before  # nothing lost
+    export_hf(new, d, tokenizer_json=new_tj, force=True)
+    assert _which(d, (old, old_tj), (new, new_tj)) == "new"
+    assert os.listdir(tmp_path) == ["hf"]  # no temporary beside it
+    (d / "notes.txt").write_text("mine")  # a file that is not a model's: never replaced
+    with pytest.raises(ValueError, match=r"holds 'notes.txt', which is not part of a model"):
+        export_hf(old, d, tokenizer_json=old_tj, force=True)
+    assert (d / "notes.txt").read_text() == "mine"
+    assert _which(d, (old, old_tj), (new, new_tj)) == "new"
+    (tmp_path / "empty").mkdir()  # an empty directory is no model: taken without --force
+    export_hf(old, tmp_path / "empty", tokenizer_json=old_tj)
+    assert _which(tmp_path / "empty", (old, old_tj), (new, new_tj)) == "old"
+
+
+def test_an_export_failing_at_each_rename_leaves_the_old_model(tmp_path, monkeypatch):
+    (old, old_tj), (new, new_tj) = _two_models()
+    d = tmp_path / "hf"
+    export_hf(old, d, tokenizer_json=old_tj)
+    real_replace = os.replace
+    for k in (1, 2):  # the old one aside; the new one in place
+        calls = []
+
+        def replace(src, dst, calls=calls, k=k):
+            calls.append(src)
+            if len(calls) == k:
+                raise OSError(f"disk full at rename {k}")
+            real_replace(src, dst)
+
+        monkeypatch.setattr(os, "replace", replace)
+        with pytest.raises(OSError, match=f"rename {k}"):
+            export_hf(new, d, tokenizer_json=new_tj, force=True)
+        assert _which(d, (old, old_tj), (new, new_tj)) == "old"
+        assert os.listdir(tmp_path) == ["hf"], os.listdir(tmp_path)
+
+
+def test_a_killed_export_leaves_the_old_model_or_the_new_one(tmp_path):
+    """SIGKILL at each fsync, rename and removal of ``export --force``: the directory is
+    the old model or the new one, never new weights beside the old config; killed between
+    the renames, the old model is aside, whole, and the next export puts it back first.
+    The next export removes every temporary a kill left."""
+    from tests.formats.test_atomic import _killed_at
+
+    (old, old_tj), (new, new_tj) = _two_models()
+    d = tmp_path / "hf"
+    seen = []
+    step = 0
+    while True:
+        step += 1
+        export_hf(old, d, tokenizer_json=old_tj, force=True)  # cleans up the previous kill
+        assert os.listdir(tmp_path) == ["hf"], os.listdir(tmp_path)
+        killed = _killed_at(step, lambda: export_hf(new, d, tokenizer_json=new_tj, force=True))
+        if not d.exists():  # killed between the renames: the old one aside comes back
+            seen.append("missing")
+            with pytest.raises(ValueError, match="already holds a model"):
+                export_hf(new, d, tokenizer_json=new_tj)  # refused: the old one is back
+        seen.append(_which(d, (old, old_tj), (new, new_tj)))
+        if not killed:
+            break
+    assert {"old", "new", "missing"} <= set(seen) and seen[-1] == "new", seen
+    export_hf(old, d, tokenizer_json=old_tj, force=True)
+    assert os.listdir(tmp_path) == ["hf"]

@@ -1,18 +1,21 @@
 """nanoGPT's ckpt.pt in, through torch.load(weights_only=True): weights yes, code never."""
 
+import dataclasses
 import os
+import pickle
 import sys
 
 import numpy as np
 import pytest
 
 from resgrad.formats.hf import HF_NAMES
-from resgrad.formats.nanogpt import load_nanogpt_ckpt
+from resgrad.formats.nanogpt import load_nanogpt_ckpt, meta_vocabulary, read_meta_pkl
 from resgrad.nn.model import GPT, GPTConfig
 from resgrad.train.pretrained import load_pretrained
 from resgrad.verify.selfcheck import randomize_params
+from tests import nanogpt_reference
 
-CFG = GPTConfig(vocab_size=30, block_size=16, n_layer=2, n_head=2, n_embd=8)
+CFG = GPTConfig(vocab_size=30, block_size=16, n_layer=2, n_head=2, n_embd=8, activation="gelu-erf")
 
 
 def _nanogpt_ckpt(torch, model, compiled=False, bias=True):
@@ -74,6 +77,86 @@ def test_a_bias_free_nanogpt_checkpoint(torch, tmp_path):
         np.testing.assert_array_equal(back.params[k], model.params[k])
 
 
+# --------------------------------------------------------------------------- nanoGPT's model
+
+NANO = dict(n_layer=2, n_head=4, n_embd=32, block_size=24, vocab_size=65)
+
+
+def _nano_ckpt(torch, tmp_path, bias, flash=True, dtype=None, seed=0):
+    """nanoGPT's own model (tests/nanogpt_reference.py), saved as its train.py saves it."""
+    ref = nanogpt_reference.build(torch, **NANO, bias=bias, flash=flash, dtype=dtype, seed=seed)
+    ckpt = nanogpt_reference.train_py_checkpoint(torch, ref, **NANO, bias=bias)
+    assert all(k.startswith("_orig_mod.transformer.") or k == "_orig_mod.lm_head.weight"
+               for k in ckpt["model"])  # fmt: skip
+    torch.save(ckpt, tmp_path / "ckpt.pt")
+    return ref, tmp_path / "ckpt.pt"
+
+
+def _batch(seed=1, B=3, T=NANO["block_size"]):
+    rng = np.random.default_rng(seed)
+    idx, tgt = rng.integers(0, NANO["vocab_size"], (2, B, T))  # 2 x (B, T)
+    tgt[0, :4] = -1  # nanoGPT's cross-entropy ignores -1
+    return idx, tgt
+
+
+@pytest.mark.parametrize("flash", [True, False], ids=["sdpa", "mask-buffer"])
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "no-bias"])
+def test_nanogpts_own_model_gives_the_same_float64_logits_and_gradients(torch, tmp_path, bias,
+                                                                       flash):  # fmt: skip
+    ref, path = _nano_ckpt(torch, tmp_path, bias, flash, dtype=torch.float64, seed=int(bias))
+    model = load_nanogpt_ckpt(path, dtype=np.float64)
+    assert model.cfg.activation == "gelu-erf" and model.cfg.bias is bias
+    idx, tgt = _batch()
+    logits, loss, cache = model.forward(idx, tgt, ignore_index=-1)
+    grads = model.backward(cache)
+    t_logits, t_loss = ref(torch.from_numpy(idx), torch.from_numpy(tgt))
+    t_loss.backward()
+    t_logits = t_logits.detach().numpy()
+    assert np.abs(logits - t_logits).max() / np.abs(t_logits).max() < 1e-12
+    assert abs(loss - t_loss.item()) < 1e-12
+    t_grads = nanogpt_reference.grads(ref)
+    assert set(grads) == set(t_grads)  # every parameter, the tied head once
+    errs = {k: np.linalg.norm(grads[k] - t_grads[k]) / np.linalg.norm(t_grads[k]) for k in grads}
+    worst = max(errs, key=errs.get)
+    assert errs[worst] < 1e-10, (worst, errs[worst])
+
+
+def test_nanogpts_own_model_gives_the_same_float32_logits(torch, tmp_path):
+    for bias in (True, False):
+        ref, path = _nano_ckpt(torch, tmp_path, bias, dtype=torch.float32, seed=2)
+        model = load_nanogpt_ckpt(path)
+        assert model.dtype == np.float32
+        idx, tgt = _batch(seed=3)
+        logits, _, _ = model.forward(idx)
+        with torch.no_grad():
+            t_logits = ref(torch.from_numpy(idx), torch.from_numpy(tgt))[0].numpy()
+        assert np.abs(logits - t_logits).max() / np.abs(t_logits).max() < 1e-5
+
+
+def test_the_tanh_gelu_would_be_a_different_model(torch, tmp_path):
+    """Not vacuous: the same weights under GPT-2's tanh GELU miss nanoGPT's logits by far
+    more than the tolerance (the gap the exact GELU closes)."""
+    ref, path = _nano_ckpt(torch, tmp_path, bias=True, dtype=torch.float64)
+    model = load_nanogpt_ckpt(path, dtype=np.float64)
+    tanh = GPT.from_params(dataclasses.replace(model.cfg, activation="gelu-tanh"), model.params)
+    idx, tgt = _batch()
+    t_logits = ref(torch.from_numpy(idx), torch.from_numpy(tgt))[0].detach().numpy()
+    assert np.abs(tanh.forward(idx)[0] - t_logits).max() / np.abs(t_logits).max() > 1e-6
+
+
+def test_a_model_field_that_is_not_a_dict_is_one_line(torch, tmp_path):
+    ckpt = _nanogpt_ckpt(torch, GPT(CFG, seed=0))
+    for field, value in (("model", list(ckpt["model"].values())), ("model_args", [2, 2, 8]),
+                         ("config", "shakespeare_char")):  # fmt: skip
+        bad = {**ckpt, field: value}
+        torch.save(bad, tmp_path / "bad.pt")
+        with pytest.raises(ValueError) as e:
+            load_nanogpt_ckpt(tmp_path / "bad.pt")
+        msg = str(e.value)
+        assert "\n" not in msg and str(tmp_path / "bad.pt") in msg
+        assert f"field {field!r} is a {type(value).__name__}; expected a dict" in msg
+
+
 class _RunsCode:
     """A pickle that, when loaded the unsafe way, runs a shell command."""
 
@@ -109,13 +192,93 @@ def test_not_a_nanogpt_checkpoint(torch, tmp_path):
         load_nanogpt_ckpt(tmp_path / "junk.pt")
     model = GPT(CFG, seed=0)
     ck = _nanogpt_ckpt(torch, model)
-    ck["model_args"]["n_layer"] = 3
-    torch.save(ck, tmp_path / "wrong.pt")
-    with pytest.raises(ValueError, match="missing tensor 'h.2.ln_1.weight'"):
+    torch.save({**ck, "model_args": {**ck["model_args"], "n_layer": 3}}, tmp_path / "wrong.pt")
+    with pytest.raises(ValueError, match="n_layer 3"):  # more layers than the weights hold
         load_nanogpt_ckpt(tmp_path / "wrong.pt")
+    ck["model"].pop("transformer.h.1.ln_1.weight")
+    torch.save(ck, tmp_path / "missing.pt")
+    with pytest.raises(ValueError, match=r"missing tensor 'h\.1\.ln_1\.weight'"):
+        load_nanogpt_ckpt(tmp_path / "missing.pt")
 
 
 def test_without_torch_the_error_names_the_extra(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "torch", None)  # import torch now raises ImportError
     with pytest.raises(ValueError, match=r'pip install "resgrad\[torch\]"'):
         load_nanogpt_ckpt(tmp_path / "ckpt.pt")
+
+
+# --------------------------------------------------------------------------- meta.pkl
+
+
+def _prepare_py_meta(text="First Citizen:\nBefore we proceed any further, hear me speak.\n"):
+    """The meta dict nanoGPT's data/shakespeare_char/prepare.py pickles."""
+    chars = sorted(set(text))
+    stoi = {ch: i for i, ch in enumerate(chars)}
+    itos = {i: ch for i, ch in enumerate(chars)}
+    return {"vocab_size": len(chars), "itos": itos, "stoi": stoi}
+
+
+@pytest.mark.parametrize("protocol", [2, pickle.DEFAULT_PROTOCOL, pickle.HIGHEST_PROTOCOL])
+def test_a_meta_pkl_as_prepare_py_writes_it(tmp_path, protocol):
+    meta = _prepare_py_meta()
+    (tmp_path / "meta.pkl").write_bytes(pickle.dumps(meta, protocol=protocol))
+    back = read_meta_pkl(tmp_path / "meta.pkl")
+    assert back == meta
+    chars = meta_vocabulary(back)
+    assert chars == "".join(sorted(set(chars))) and len(chars) == meta["vocab_size"]
+    assert [meta["stoi"][c] for c in chars] == list(range(len(chars)))
+
+
+def test_a_meta_pkl_that_would_run_code_is_refused_by_name_and_nothing_runs(tmp_path):
+    marker = tmp_path / "pwned"
+    evil = tmp_path / "meta.pkl"
+    evil.write_bytes(pickle.dumps({"itos": {0: "a"}, "x": _RunsCode(marker)}))
+    with pytest.raises(ValueError) as e:
+        read_meta_pkl(evil)
+    msg = str(e.value)
+    assert "\n" not in msg and str(evil) in msg
+    assert f"it names the global {os.system.__module__}.system" in msg
+    assert "nothing in it was run" in msg and not marker.exists()
+    pickle.loads(evil.read_bytes())  # not vacuous: the plain unpickler does run the command
+    assert marker.exists()
+
+
+@pytest.mark.parametrize(
+    "obj, kind",
+    [({"itos": {0: 1.5}}, "float"), ({"itos": (0, "a")}, "tuple"), ({"bias": True}, "bool"),
+     ({"itos": None}, "NoneType"), ({"itos": b"ab"}, "bytes"), ({"s": {"a"}}, "set")],
+)  # fmt: skip
+def test_a_meta_pkl_holds_only_dicts_lists_strings_and_ints(tmp_path, obj, kind):
+    (tmp_path / "meta.pkl").write_bytes(pickle.dumps(obj, protocol=4))
+    with pytest.raises(ValueError, match=f"it holds a {kind}; a meta.pkl holds only dicts"):
+        read_meta_pkl(tmp_path / "meta.pkl")
+
+
+def test_a_damaged_or_foreign_meta_pkl(tmp_path):
+    raw = pickle.dumps(_prepare_py_meta())
+    (tmp_path / "cut.pkl").write_bytes(raw[: len(raw) // 2])
+    with pytest.raises(ValueError, match="is not a readable meta.pkl"):
+        read_meta_pkl(tmp_path / "cut.pkl")
+    (tmp_path / "list.pkl").write_bytes(pickle.dumps(["a", "b"]))
+    with pytest.raises(ValueError, match="holds a list; expected nanoGPT's meta dict"):
+        read_meta_pkl(tmp_path / "list.pkl")
+
+
+@pytest.mark.parametrize(
+    "edit, match",
+    [
+        (lambda m: m.pop("itos"), "no 'itos'"),
+        (lambda m: m["itos"].pop(3), "itos has the key 7; expected the ids 0..6"),
+        (lambda m: m["itos"].update({2: "ab"}), "itos\\[2\\] is 'ab'; expected one character"),
+        (lambda m: m["itos"].update({2: m["itos"][1]}), "gives the character"),
+        (lambda m: m["stoi"].update({"d": 0}), "stoi is not the inverse of itos"),
+        (lambda m: m.update(vocab_size=9), "vocab_size is 9 but itos holds 8 characters"),
+    ],
+    ids=["no-itos", "id-gap", "two-characters", "repeated", "stoi", "vocab-size"],
+)
+def test_a_vocabulary_that_is_not_one_is_named(edit, match):
+    meta = _prepare_py_meta("hello world")  # 8 characters: " dehlorw"
+    assert len(meta["itos"]) == 8
+    edit(meta)
+    with pytest.raises(ValueError, match=match):
+        meta_vocabulary(meta, where="m.pkl")

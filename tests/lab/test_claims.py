@@ -4,7 +4,14 @@ import numpy as np
 import pytest
 
 from resgrad.cli import main
-from resgrad.lab.claims import claim_table, format_claims, stream_growth, update_size
+from resgrad.lab.claims import (
+    ClaimRow,
+    claim_table,
+    format_claims,
+    seeds_text,
+    stream_growth,
+    update_size,
+)
 from resgrad.nn.model import GPT, GPTConfig
 
 SEEDS = range(5)
@@ -59,3 +66,50 @@ def test_the_table_is_mean_and_spread_over_seeds(capsys):
     assert "over 3 seeds" in out and "| update-size | deepnorm | 2 |" in out
     with pytest.raises(ValueError, match="unknown claim"):
         claim_table("nope")
+
+
+def test_stream_growth_is_what_it_says():
+    """By hand: ||x_L|| / ||x_0|| of the 'lm' pass (seed s: its init and its tokens), with
+    the residual output projections multiplied back by sqrt(2L) for the unscaled init."""
+    L, s = 3, 4
+    cfg = GPTConfig(vocab_size=65, block_size=16, n_layer=L, n_head=4, n_embd=32,
+                    variant="pre-ln", init="gpt2")  # fmt: skip
+    ids = np.random.default_rng([s, 1]).integers(0, 65, size=(4, 17))  # (B, T + 1)
+    want = {}
+    for scaled in (True, False):
+        gpt = GPT(cfg, seed=s, dtype=np.float64)
+        if not scaled:
+            for i in range(L):
+                for k in (f"blocks.{i}.attn.w_proj", f"blocks.{i}.mlp.w_proj"):
+                    gpt.params[k] = gpt.params[k] * np.sqrt(2 * L)
+        _, _, c = gpt.forward(ids[:, :-1], ids[:, 1:])
+        want[scaled] = np.linalg.norm(c.xs[-1]) / np.linalg.norm(c.xs[0])
+    assert stream_growth(L, s, True) == pytest.approx(want[True], rel=1e-12)
+    assert stream_growth(L, s, False) == pytest.approx(want[False], rel=1e-12)
+    assert want[False] > want[True]  # the two really differ
+
+
+def test_a_rows_mean_std_and_table_line_by_hand():
+    r = ClaimRow("update-size", "post-ln", 6, (1.0, 2.0, 4.0), (0, 1, 2))
+    assert r.mean == pytest.approx(7 / 3)
+    # ddof = 1: ((1 - 7/3)^2 + (2 - 7/3)^2 + (4 - 7/3)^2) / 2 = (16 + 1 + 25) / 18 = 7 / 3
+    assert r.std == pytest.approx(np.sqrt(7 / 3))
+    assert ClaimRow("update-size", "post-ln", 6, (0.5,)).std == 0.0  # one seed: no spread
+    table = format_claims([r, ClaimRow("update-size", "deepnorm", 24, (0.25, 0.75), (0, 1))])
+    lines = table.splitlines()
+    assert lines[0] == "| claim | setting | depth | mean ± std over 3 seeds (0-2) | min .. max |"
+    assert lines[2] == "| update-size | post-ln | 6 | 2.33 ± 1.5 | 1 .. 4 |"
+    assert lines[3] == "| update-size | deepnorm | 24 | 0.5 ± 0.35 | 0.25 .. 0.75 |"
+
+
+def test_explicit_seeds_are_measured_and_named():
+    rows = claim_table("update-size", depths=(2,), seeds=(11, 3))
+    assert [r.setting for r in rows] == ["post-ln", "deepnorm"]
+    assert rows[1].values == (update_size("deepnorm", 2, 11), update_size("deepnorm", 2, 3))
+    assert rows[0].seeds == (11, 3)
+    assert claim_table("update-size", depths=(2,), seeds=2)[0].seeds == (0, 1)  # a count
+    assert seeds_text((0, 1, 2, 7, 9, 10)) == "0-2, 7, 9-10"
+    for bad, msg in (((1, 1), "seeds must be distinct"), ((-3,), "seed must be an integer"),
+                     (0, "seeds must be a positive integer")):  # fmt: skip
+        with pytest.raises(ValueError, match=msg):
+            claim_table("update-size", depths=(2,), seeds=bad)

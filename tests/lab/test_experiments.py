@@ -3,6 +3,7 @@ cell an ordinary run directory."""
 
 import csv
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -11,8 +12,10 @@ import sys
 import numpy as np
 import pytest
 
+from resgrad.formats.checkpoint import load_checkpoint
 from resgrad.lab import experiments as E
 from resgrad.lab.experiments import ExperimentConfig, run_experiment, summarize
+from resgrad.train.dynamics import read_dynamics
 
 TINY = dict(variants=("pre-ln", "post-ln"), depths=(2,), lrs=(1e-3,), warmups=(0, 5), seeds=2,
             n_embd=16, n_head=2, block_size=8, batch_size=4, max_iters=12, eval_interval=6,
@@ -121,6 +124,10 @@ def test_a_diverged_cell_is_a_row_not_an_error(tmp_path, data):
         ({"warmups": (20,)}, "warm-up 20 must be shorter than max_iters 12"),
         ({"variants": ("pre-ln", "sideways")}, "unknown variant 'sideways'"),
         ({"seeds": 0}, "seeds must be a positive integer"),
+        ({"seeds": (3, 1, 3)}, "seeds must be distinct, got 3 twice"),
+        ({"seeds": (1, -2)}, r"seed must be an integer in \[0, 2\*\*32\), got -2"),
+        ({"seeds": ()}, "seeds must hold at least one seed"),
+        ({"seeds": 10**12}, "at most 100,000 run in one command"),  # refused before listed
     ],
 )
 def test_bad_configs_name_the_value(kw, message):
@@ -135,7 +142,16 @@ def test_the_defaults_are_the_papers_grids():
     assert set(d.variants) == {"pre-ln", "post-ln", "deepnorm"} and len(d.depths) >= 3
     r = ExperimentConfig.defaults("residual")
     assert (r.variants, r.depths, r.n_embd, r.max_iters) == (("none", "pre-ln"), (12,), 128, 600)
-    assert min(w.seeds, d.seeds, r.seeds) >= 3
+    assert w.seeds == d.seeds == r.seeds == (0, 1, 2)  # the README's figures: seeds 0-2
+    # the papers' settings: no clipping in warm-up and depth (Xiong et al.; DeepNet's post-LN
+    # baseline), and DeepNet's Xavier init
+    assert (w.grad_clip, d.grad_clip, r.grad_clip) == (0.0, 0.0, 1.0)
+    assert (w.init, d.init, r.init) == ("gpt2", "xavier", "gpt2")
+    for cfg in (w, d, r):  # and every cell trains with them
+        for name, c in cfg.cells("out"):
+            assert (c.init, c.grad_clip, c.max_iters) == (cfg.init, cfg.grad_clip, cfg.max_iters)
+            assert (c.min_lr, c.lr_decay_iters) == (c.lr / 10, cfg.max_iters)
+            assert name.endswith(f"_s{c.seed}") and c.out_dir.endswith(name)
 
 
 def test_cli_bad_flags_are_one_line_exit_2(tmp_path):
@@ -152,7 +168,94 @@ def test_cli_bad_flags_are_one_line_exit_2(tmp_path):
 
 def test_summary_counts_only_non_diverged_seeds():
     base = {"variant": "a", "n_layer": 1, "lr": 1.0, "warmup_iters": 0}
-    vals = [1.0, 3.0, np.nan]
+    # seed 2 diverged after an evaluation: its row keeps that evaluation's (finite) loss
+    vals = [1.0, 3.0, 5.0]
     rows = [{**base, "seed": s, "diverged": s == 2, "val_loss": v} for s, v in enumerate(vals)]
     (s,) = summarize(rows)
     assert (s["val_mean"], s["val_std"], s["diverged"], s["seeds"]) == (2.0, 2**0.5, 1, 3)
+    assert (s["val_min"], s["val_max"]) == (1.0, 3.0)
+    other = {**base, "lr": 2.0, "seed": 0, "diverged": True, "val_loss": float("nan")}
+    assert summarize([*rows, other])[1] == {**base, "lr": 2.0, "seeds": 1, "diverged": 1,
+                                            "val_mean": None, "val_std": None, "val_min": None,
+                                            "val_max": None}  # fmt: skip
+
+
+def test_explicit_seeds_name_the_cells_rows_and_summary(tmp_path, data):
+    """Seeds 100 and 7, not 0..K-1: the cells' names, their runs, the rows and summary.json
+    carry the seeds asked for (and the count form still means 0..K-1)."""
+    assert ExperimentConfig(name="depth", **{**TINY, "seeds": 2}).seeds == (0, 1)
+    cfg = ExperimentConfig(name="depth", data=data, **{**TINY, "variants": ("pre-ln",),
+                           "warmups": (0,), "seeds": [100, 7]})  # fmt: skip
+    assert cfg.seeds == (100, 7) and cfg.n_cells == 2
+    out = str(tmp_path / "exp")
+    res = run_experiment(cfg, out, jobs=1, progress=False)
+    assert sorted(os.listdir(os.path.join(out, "runs"))) == ["pre-ln_L2_lr0.001_w0_s100",
+                                                             "pre-ln_L2_lr0.001_w0_s7"]  # fmt: skip
+    for s in (100, 7):  # each run really trained at its seed
+        ckpt = load_checkpoint(os.path.join(out, "runs", f"pre-ln_L2_lr0.001_w0_s{s}", "last.ckpt"))
+        assert ckpt.config["train"]["seed"] == s
+    with open(os.path.join(out, "cells.csv")) as f:
+        assert [r["seed"] for r in csv.DictReader(f)] == ["100", "7"]
+    saved = json.load(open(os.path.join(out, "summary.json")))
+    assert saved["config"]["seeds"] == [100, 7] and res["summary"][0]["seeds"] == 2
+
+
+def _cell(tmp_path, data, **kw):
+    cfg = ExperimentConfig(name="warmup", data=data, **{**TINY, "variants": ("pre-ln",),
+                           "warmups": (4,), "seeds": 1, **kw})  # fmt: skip
+    ((_, cell),) = cfg.cells(str(tmp_path / "x"))
+    return cell
+
+
+def test_a_cells_row_is_recomputed_from_its_run_files(tmp_path, data):
+    """Every field of a row, from the run's own files: the losses of its last evaluation, the
+    best validation loss of all of them, block 0's gradient (metrics.jsonl's per-layer norms)
+    and the largest block's update ratio (dynamics.bin), each a mean over the last 10% of
+    the steps, and the learning rate of every step from warm-up and cosine down to lr / 10."""
+    cell = _cell(tmp_path, data, depths=(3,), max_iters=30, eval_interval=10, lrs=(3e-3,))
+    (row,) = E.run_cell(cell)
+    records = [json.loads(ln) for ln in open(os.path.join(cell.out_dir, "metrics.jsonl"))]
+    evals = [r for r in records if r["kind"] == "eval"]
+    steps = [r for r in records if r["kind"] == "iter"]
+    assert [r["iter"] for r in steps] == list(range(30)) and row["iters"] == 30
+    assert (row["train_loss"], row["val_loss"]) == (evals[-1]["train_loss"], evals[-1]["val_loss"])
+    assert row["best_val_loss"] == min(e["val_loss"] for e in evals)
+    assert (row["variant"], row["n_layer"], row["lr"], row["warmup_iters"], row["seed"]) == (
+        "pre-ln",
+        3,
+        3e-3,
+        4,
+        0,
+    )
+    assert row["diverged"] is False and row["diverged_at"] is None and row["seconds"] > 0
+    tail = steps[-3:]  # the last 10% of 30 steps
+    assert row["grad_block0"] == pytest.approx(
+        np.mean([r["layer_grad_norms"][0] for r in tail]), rel=1e-6
+    )
+    upd = read_dynamics(cell.out_dir)["update"]  # (steps, L): ||update|| / ||weights||
+    assert upd.shape == (30, 3)
+    assert row["update_max"] == pytest.approx(max(np.mean(upd[-3:, i]) for i in range(3)))
+    lr, lo, w = 3e-3, 3e-4, 4
+    for r in steps:  # nanoGPT's schedule by hand: the cell decays to lr / 10 at max_iters
+        it = r["iter"]
+        want = (
+            lr * (it + 1) / (w + 1)
+            if it < w
+            else (lo + 0.5 * (1 + math.cos(math.pi * (it - w) / (30 - w))) * (lr - lo))
+        )
+        assert r["lr"] == pytest.approx(want, rel=1e-12), it
+
+
+def test_clipping_off_trains_on_the_raw_gradient(tmp_path, data):
+    """The warm-up and depth experiments train with grad_clip 0 (off). Off must mean the
+    raw gradient: the same run as with a clip no gradient reaches, and unlike a clip of 1,
+    which the first steps' norms (above 1 here) do reach."""
+    off = E.run_cell(_cell(tmp_path / "off", data, grad_clip=0.0))[0]
+    huge = E.run_cell(_cell(tmp_path / "huge", data, grad_clip=1e9))[0]
+    one_cell = _cell(tmp_path / "one", data, grad_clip=1.0)
+    one = E.run_cell(one_cell)[0]
+    dyn = read_dynamics(_cell(tmp_path / "off", data, grad_clip=0.0).out_dir)
+    assert dyn["grad_norm"].max() > 1.0 and not dyn["clipped"].any()
+    assert read_dynamics(one_cell.out_dir)["clipped"].any()
+    assert (off["val_loss"], off["grad_block0"]) == (huge["val_loss"], huge["grad_block0"])
+    assert off["val_loss"] != one["val_loss"]

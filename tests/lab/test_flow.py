@@ -17,6 +17,7 @@ from resgrad.lab.flow import (
     profile,
     records_to_csv,
     records_to_json,
+    seed_tuple,
 )
 from resgrad.lab.lesson import StackConfig, depth_table, run_stack
 from resgrad.nn.model import GPT
@@ -331,3 +332,16 @@ def test_deepnorm_keeps_the_stream_gradient_flat_post_ln_does_not():
 
 # DeepNet's bounded model update and GPT-2's scaled init are measured by resgrad.lab.claims
 # (resgrad claims) and checked at every seed in tests/lab/test_claims.py.
+
+
+def test_seed_tuple_takes_a_count_or_the_seeds():
+    assert seed_tuple(3) == (0, 1, 2) and seed_tuple(np.int64(1)) == (0,)
+    assert seed_tuple([100, 7]) == (100, 7) and seed_tuple(range(2, 4)) == (2, 3)
+    for bad, msg in ((0, "seeds must be a positive integer"), ((), "at least one seed"),
+                     ((2, 5, 2), "seeds must be distinct, got 2 twice"),
+                     ((1, 2**32), r"seed must be an integer in \[0, 2\*\*32\)"),
+                     ((True,), "seed must be an integer")):  # fmt: skip
+        with pytest.raises(ValueError, match=msg):
+            seed_tuple(bad)
+    with pytest.raises(TypeError, match="seeds must be a sequence of integers"):
+        seed_tuple("012")

@@ -10,8 +10,9 @@ import pytest
 
 from resgrad.cli import main
 from resgrad.lab.runs import QUANTITIES, compare_figure, dynamics_figure, run_labels
+from resgrad.train.config import TrainConfig
 from resgrad.train.dynamics import DYNAMICS_BIN, read_dynamics
-from resgrad.train.loop import TrainConfig, train
+from resgrad.train.loop import train
 
 TINY = dict(
     n_layer=3, n_head=2, n_embd=16, block_size=8, batch_size=4, warmup_iters=2,
@@ -113,3 +114,49 @@ def test_a_torn_record_is_ignored_and_said(runs, tmp_path):
         f.write(b"\x00" * 5)
     p = _resgrad("dynamics", str(run))
     assert p.returncode == 0 and "torn last record, 5 bytes" in p.stdout
+
+
+def test_a_one_step_run_is_drawn_as_points_and_said_in_the_singular(runs, tmp_path):
+    """One recorded step: a line through one point would leave the panels blank."""
+    data = tmp_path / "data.txt"
+    data.write_text("the quick brown fox jumps over the lazy dog. " * 40, encoding="utf-8")
+    cfg = TrainConfig(**{**TINY, "max_iters": 1}, data=str(data), out_dir=str(tmp_path / "one"))
+    train(cfg, progress=False, log=lambda s: None)
+    fig = dynamics_figure(read_dynamics(cfg.out_dir), ["grad"])
+    lines = fig.axes[1].get_lines()
+    assert len(lines) == 3 and all(len(ln.get_xdata()) == 1 for ln in lines)
+    assert all(ln.get_marker() not in ("None", "", None) for ln in lines)
+    fig = compare_figure([read_dynamics(cfg.out_dir), read_dynamics(runs[0])], "grad")
+    one = [ln for ln in fig.axes[1].get_lines() if len(ln.get_xdata()) == 1]
+    assert one and all(ln.get_marker() not in ("None", "", None) for ln in one)
+    p = _resgrad("dynamics", cfg.out_dir)
+    assert p.returncode == 0 and "1 step of 3 blocks drawn" in p.stdout, p.stdout + p.stderr
+
+
+def test_damaged_records_are_drawn_up_to_the_damage_and_said(runs, tmp_path):
+    import shutil
+
+    from resgrad.train.dynamics import record_dtype
+
+    run = shutil.copytree(runs[0], tmp_path / "damaged")
+    size = record_dtype(3).itemsize
+    raw = bytearray((run / DYNAMICS_BIN).read_bytes())
+    raw[4 * size : 5 * size] = b"\xff" * size  # record 5 of 10: step -1
+    (run / DYNAMICS_BIN).write_bytes(bytes(raw))
+    p = _resgrad("dynamics", str(run))
+    assert p.returncode == 0 and p.stdout.startswith("4 steps of 3 blocks drawn"), p.stdout
+    assert p.stderr == (f"resgrad dynamics: {run}: dynamics.bin: record 5 of 10 is damaged "
+                        "(step -1 after 3); kept the first 4\n")  # fmt: skip
+    raw[0:size] = b"\xff" * size  # the first record: nothing is left to draw
+    (run / DYNAMICS_BIN).write_bytes(bytes(raw))
+    p = _resgrad("dynamics", str(run))
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert "record 1 of 10 is damaged (step -1); kept the first 0" in p.stderr, p.stderr
+
+
+def test_the_compare_profile_is_the_mean_of_the_last_steps(runs):
+    dyns = [read_dynamics(d) for d in runs]
+    fig = compare_figure(dyns, "grad", tail=0.3)
+    profiles = fig.axes[2].get_lines()
+    for d, line in zip(dyns, profiles):
+        np.testing.assert_allclose(line.get_ydata(), d["grad"][-3:].mean(axis=0), rtol=1e-6)

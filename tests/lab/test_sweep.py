@@ -280,13 +280,17 @@ def test_bad_arguments_fail_before_anything_is_written(tmp_path, kwargs, exc, ms
         ({"widths": ()}, "widths must list at least one value"),
         ({"widths": (32, 30)}, "width must be divisible by heads, got width 30 and heads 4"),
         ({"seeds": 0}, "seeds must be a positive integer"),
+        ({"seeds": (4, 4)}, "seeds must be distinct, got 4 twice"),
+        ({"seeds": (-1,)}, "seed must be an integer in"),
+        ({"seeds": "01"}, "seeds must be a sequence of integers"),
+        ({"seeds": 10**12}, "at most 100,000 run in one command"),  # refused before listed
         ({"batch": 0}, "batch must be a positive integer"),
         ({"loss": "l2"}, "loss must be one of"),
         ({"depths": (2, 2)}, "depths must be distinct"),
     ],
 )
 def test_bad_grid(kwargs, msg):
-    with pytest.raises(ValueError, match=msg):
+    with pytest.raises((ValueError, TypeError), match=msg):
         SweepConfig(**kwargs)
 
 
@@ -307,3 +311,75 @@ def test_summary_plot_is_the_mean_input_gradient_per_depth(reference):
             assert len(inputs) == 2 and yd == np.mean(inputs)
     ax = make_figure(spec).axes[0]
     assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
+
+
+SMALL = SweepConfig(variants=("lesson-plain",), depths=(1, 2), widths=(8,), seeds=2, batch=2)
+
+
+def test_each_point_is_on_disk_and_fsynced_before_the_next_starts(tmp_path, monkeypatch):
+    """What a rerun after a crash would find: every finished point written through (flushed)
+    and fsynced, before the next one is computed."""
+    out = tmp_path / "s.csv"
+    side = sidecar_path(out)
+    synced, real_fsync = [], os.fsync
+
+    def fsync(fd):
+        st = os.fstat(fd)
+        synced.append((st.st_ino, st.st_size))  # the file as it was made durable
+        real_fsync(fd)
+
+    seen, real = [], sweep.run_point
+
+    def looks_at_the_sidecar(cfg):
+        with open(side) as f:  # another reader: only what reached the file
+            n = len(f.read().splitlines()) - 1
+        st = os.stat(side)
+        seen.append((n, (st.st_ino, st.st_size) in synced))
+        return real(cfg)
+
+    monkeypatch.setattr(sweep.os, "fsync", fsync)
+    monkeypatch.setattr(sweep, "run_point", looks_at_the_sidecar)
+    res = run_sweep(SMALL, out, jobs=1, progress=False)
+    assert res.computed == 4
+    assert seen == [(0, True), (1, True), (2, True), (3, True)]
+
+
+def test_a_torn_tail_is_rewritten_as_a_sidecar_a_later_rerun_still_reads(tmp_path, monkeypatch):
+    """The torn line is dropped and the file rewritten with its header: cut short again,
+    the next run resumes from it rather than calling it another program's file."""
+    out = tmp_path / "s.csv"
+    first, second, *_ = SMALL.points()
+    write_sidecar(out, {point_key(first): run_point(first)})
+    with open(sidecar_path(out), "a") as f:
+        f.write(json.dumps({"key": point_key(second), "rows": run_point(second)})[:-30])
+    real, calls = sweep.run_point, []
+
+    def dies_after_one(cfg):
+        if calls:
+            raise KeyboardInterrupt
+        calls.append(cfg)
+        return real(cfg)
+
+    monkeypatch.setattr(sweep, "run_point", dies_after_one)
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(SMALL, out, jobs=1, progress=False)
+    with open(sidecar_path(out)) as f:
+        assert f.readline() == '{"resgrad_sweep_partial": 1}\n'
+    assert done_keys(sidecar_path(out)) == [point_key(first), point_key(second)]
+    monkeypatch.setattr(sweep, "run_point", real)
+    res = run_sweep(SMALL, out, jobs=1, progress=False)
+    assert (res.resumed, res.computed) == (2, 2)
+    assert res.rows == run_sweep(SMALL, tmp_path / "whole.csv", jobs=1, progress=False).rows
+
+
+def test_explicit_seeds_are_the_grids_seeds(tmp_path):
+    assert SMALL.seeds == (0, 1)  # a count K: seeds 0..K-1
+    cfg = SweepConfig(variants=("post-ln",), depths=(2,), widths=(8,), seeds=[7, 3], heads=2,
+                      seq=4, batch=2)  # fmt: skip
+    assert cfg.seeds == (7, 3) and [p.seeds for p in cfg.points()] == [(7,), (3,)]
+    res = run_sweep(cfg, tmp_path / "s.json", jobs=1, progress=False)
+    assert [r["seed"] for r in res.rows if r["layer"] == 0] == [7, 3]
+    for p in cfg.points():  # each point measured at its own seed
+        rows = [r for r in res.rows if r["seed"] == p.seeds[0]]
+        assert [r["stream_grad"] for r in rows] == profile(p, p.seeds[0]).stream_grad.tolist()
+    assert json.loads((tmp_path / "s.json").read_text()) == res.rows

@@ -47,10 +47,10 @@ def _reference(variant, x, P, cfg):
         w = [P.get(f"{p}.attn.{k}") for k in ("w_qkv", "b_qkv", "w_proj", "b_proj")]
         return L.attention_forward(h, *w, cfg.n_head)[0]
 
-    def mlp(h):
-        return L.mlp_forward(
-            h, *[P.get(f"{p}.mlp.{k}") for k in ("w_fc", "b_fc", "w_proj", "b_proj")]
-        )[0]
+    def mlp(h):  # by hand: the GELU the config names between the two linear maps
+        gelu = {"gelu-tanh": L.gelu_forward, "gelu-erf": L.gelu_erf_forward}[cfg.activation]
+        a = gelu(L.linear_forward(h, P[f"{p}.mlp.w_fc"], P.get(f"{p}.mlp.b_fc"))[0])[0]
+        return L.linear_forward(a, P[f"{p}.mlp.w_proj"], P.get(f"{p}.mlp.b_proj"))[0]
 
     a = (2 * cfg.n_layer) ** 0.25
     if variant == "pre-ln":
@@ -74,10 +74,24 @@ def _reference(variant, x, P, cfg):
 
 @pytest.mark.parametrize("variant", Bk.VARIANTS)
 @pytest.mark.parametrize("bias", [True, False])
-def test_block_forward_is_the_schemes_formula(variant, bias):
-    cfg, P, x = _block(variant, bias=bias)
+@pytest.mark.parametrize("activation", ["gelu-tanh", "gelu-erf"])
+def test_block_forward_is_the_schemes_formula(variant, bias, activation):
+    cfg, P, x = _block(variant, bias=bias, activation=activation)
     out, _ = Bk.block_forward(x, P, "blocks.1", cfg)
     np.testing.assert_allclose(out, _reference(variant, x, P, cfg), rtol=1e-13, atol=1e-13)
+    other = dataclasses.replace(cfg, activation=({"gelu-tanh", "gelu-erf"} - {activation}).pop())
+    assert np.abs(out - Bk.block_forward(x, P, "blocks.1", other)[0]).max() > 1e-9
+
+
+@pytest.mark.parametrize("variant", ["pre-ln", "deepnorm"])
+def test_an_exact_gelu_block_checks_in_float64(variant):
+    cfg, P, x = _block(variant, seed=5, activation="gelu-erf")
+    out, c = Bk.block_forward(x, P, "blocks.1", cfg)
+    dout = np.random.default_rng(6).standard_normal(out.shape)
+    dx, grads = Bk.block_backward(dout, c)
+    r = compare(variant, lambda **_: Bk.block_forward(x, P, "blocks.1", cfg)[0],
+                {"x": x, **P}, {"x": dx, **grads}, dout=dout, mode="directional")  # fmt: skip
+    assert r.passed and r.max_error < RTOL, r.row()
 
 
 @pytest.mark.parametrize("variant", Bk.VARIANTS)
@@ -291,3 +305,4 @@ class _Fake:
     dropout: float = 0.0
     bias: bool = True
     ln_eps: float = 1e-5
+    activation: str = "gelu-tanh"

@@ -1,5 +1,7 @@
 """Layer pairs: float64 finite-difference checks, edge shapes, stability, dtypes, bad input."""
 
+import math
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -11,8 +13,8 @@ from resgrad.verify.selfcheck import RTOL, compare, layer_checks
 
 # the checks run inside the tests (a session fixture), not at import: a crash in one
 # backward pass fails those tests instead of ending the collection with "1 error"
-NAMES = ["linear", "linear (no bias)", "tanh", "gelu (tanh approx.)", "relu", "layernorm",
-         "dropout (train, p=0.3)", "embedding (token + position)", "causal sdpa",
+NAMES = ["linear", "linear (no bias)", "tanh", "gelu (tanh approx.)", "gelu (exact, erf)", "relu",
+         "layernorm", "dropout (train, p=0.3)", "embedding (token + position)", "causal sdpa",
          "causal sdpa (dropout 0.3)", "multi-head attention", "attention key bias (= 0)",
          "mlp (C -> 4C -> C)", "cross-entropy (ignore index)"]  # fmt: skip
 
@@ -302,6 +304,57 @@ def test_gelu_matches_the_tanh_formula_and_relu_and_tanh_are_exact():
     )
     np.testing.assert_array_equal(L.relu_forward(x)[0], np.maximum(x, 0))
     np.testing.assert_array_equal(L.tanh_forward(x)[0], np.tanh(x))
+
+
+def test_exact_gelu_is_x_times_the_normal_cdf_and_its_derivative():
+    """Against math.erf and math.exp one entry at a time, not scipy: x Phi(x) and its
+    derivative Phi(x) + x phi(x), and far from the tanh form where the two differ."""
+    x = np.linspace(-6, 6, 121)
+    out, c = L.gelu_erf_forward(x)
+    ref = [v * 0.5 * (1 + math.erf(v / math.sqrt(2))) for v in x]
+    # atol: for x << 0, 1 + erf(x / sqrt(2)) cancels, in every implementation (torch's too)
+    np.testing.assert_allclose(out, ref, rtol=1e-15, atol=1e-15)
+    phi = [math.exp(-v * v / 2) / math.sqrt(2 * math.pi) for v in x]  # the normal density
+    dref = [0.5 * (1 + math.erf(v / math.sqrt(2))) + v * p for v, p in zip(x, phi)]
+    dx = L.gelu_erf_backward(np.ones_like(x), c)
+    np.testing.assert_allclose(dx, dref, rtol=1e-14, atol=1e-16)
+    # hand values: GELU(1) = Phi(1) = 0.8413447460685429, GELU'(0) = 1/2
+    np.testing.assert_allclose(L.gelu_erf_forward(np.array([1.0, -1.0]))[0],
+                               [0.8413447460685429, -0.15865525393145707], rtol=1e-15)  # fmt: skip
+    assert L.gelu_erf_backward(np.ones(1), L.gelu_erf_forward(np.zeros(1))[1])[0] == 0.5
+    # the tanh form differs by up to ~5e-4 here: the two are different functions
+    assert 1e-4 < np.abs(out - L.gelu_forward(x)[0]).max() < 1e-3
+
+
+def test_the_mlp_uses_the_activation_it_is_given_and_checks_in_float64():
+    rng = np.random.default_rng(3)
+    C = 4
+    x = 2 * rng.standard_normal((2, 3, C))
+    w = {"w_fc": rng.standard_normal((C, 4 * C)), "b_fc": rng.standard_normal(4 * C),
+         "w_proj": rng.standard_normal((4 * C, C)), "b_proj": rng.standard_normal(C)}  # fmt: skip
+    out, c = L.mlp_forward(x, *w.values(), activation="gelu-erf")
+    h = x @ w["w_fc"] + w["b_fc"]
+    ref = L.gelu_erf_forward(h)[0] @ w["w_proj"] + w["b_proj"]
+    np.testing.assert_allclose(out, ref, rtol=1e-13)
+    assert np.abs(out - L.mlp_forward(x, *w.values())[0]).max() > 1e-6  # not the tanh form
+    dout = rng.standard_normal(out.shape)
+    grads = dict(zip(("x", *w), L.mlp_backward(dout, c)))
+    r = _check(lambda x, **p: L.mlp_forward(x, *p.values(), activation="gelu-erf")[0],
+               {"x": x, **w}, grads, dout)  # fmt: skip
+    assert r.passed and r.max_error < RTOL, r.row()
+    mlp = L.MLP(w, activation="gelu-erf")
+    np.testing.assert_array_equal(mlp.forward(x)[0], out)
+    with pytest.raises(ValueError, match="unknown activation 'gelu_new'; expected one of gelu-"):
+        L.mlp_forward(x, *w.values(), activation="gelu_new")
+
+
+def test_a_broken_exact_gelu_backward_fails_the_check(monkeypatch):
+    """The erf GELU's row of the float64 check is not vacuous: drop x phi(x) and it fails."""
+    import resgrad.verify.selfcheck as S
+
+    monkeypatch.setattr(S, "gelu_erf_backward", lambda dout, c: dout * c.cdf)
+    row = next(r for r in S.layer_checks() if r.name == "gelu (exact, erf)")
+    assert not row.passed and row.max_error > 1e-2
 
 
 def test_softmax_is_stable_and_normalized():

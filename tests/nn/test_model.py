@@ -60,6 +60,8 @@ def _batch(model, B=2, T=5, seed=1):
         ("init", "kaiming", "unknown init 'kaiming'; expected one of gpt2, xavier"),
         ("bias", 1, "bias must be True or False, got 1"),
         ("ln_eps", 0.0, "ln_eps must be a positive finite number, got 0.0"),
+        ("activation", "gelu", "unknown activation 'gelu'; expected one of gelu-tanh, gelu-erf"),
+        ("activation", None, "unknown activation None; expected one of gelu-tanh, gelu-erf"),
     ],
 )
 def test_config_names_the_bad_field_and_value(field, value, match):
@@ -77,6 +79,7 @@ def test_config_defaults_and_frozen():
         128,
     )
     assert cfg.variant == "pre-ln" and cfg.init == "gpt2" and cfg.bias and cfg.dropout == 0.0
+    assert cfg.activation == "gelu-tanh"  # GPT-2's form: every model before the field had it
     with pytest.raises(dataclasses.FrozenInstanceError):
         cfg.n_layer = 3
     assert VARIANTS == ("pre-ln", "post-ln", "none", "residual", "rezero", "deepnorm")

@@ -7,6 +7,7 @@ import pytest
 
 from resgrad.train.bpe import (
     BPETokenizer,
+    char_tokenizer_json,
     check_vocab,
     load_tokenizer_dir,
     tokenizer_from_record,
@@ -107,3 +108,35 @@ def test_sampling_streams_pieces_that_add_up_to_the_text():
         got = []
         text = continue_text(model, tok, start, tok.encode(start), 40, 1.0, None, seed, got.append)
         assert "".join(got) == text and got[0] == start
+
+
+def _sparse_tokenizer(top: int):
+    """A valid tokenizer.json of 20 characters whose last token has the id ``top``."""
+    spec = json.loads(char_tokenizer_json("abcdefghij klmnopqrs"))
+    spec["model"]["vocab"]["s"] = top
+    return BPETokenizer.from_json(json.dumps(spec))
+
+
+def test_check_vocab_holds_the_largest_id_not_the_count_against_the_model():
+    """20 tokens, one of them id 5000: the count fits a model of 20, the ids do not (sampling
+    's' indexed row 5000 of a 20-row embedding: an IndexError traceback after the start)."""
+    tok = _sparse_tokenizer(5000)
+    assert tok.vocab_size == 20 and tok.encode("s").tolist() == [5000]
+    with pytest.raises(ValueError) as e:
+        check_vocab(tok, 20, "m")
+    msg = str(e.value)
+    assert msg == ("m: the tokenizer has token id 5000 ('s'), beyond the model's vocab_size 20; "
+                   "expected every id below 20"), msg  # fmt: skip
+    check_vocab(tok, 5001, "m")  # the largest id is the last row: fine
+    with pytest.raises(ValueError, match="token id 5000"):
+        check_vocab(tok, 5000, "m")  # one row short
+    chars = CharTokenizer("abc")
+    check_vocab(chars, 3, "m")
+    with pytest.raises(ValueError, match="the tokenizer has 3 tokens but the model's vocab_size"):
+        check_vocab(chars, 2, "m")  # more tokens than rows: said so, before any id
+
+
+def test_the_smallest_bpe_is_the_256_bytes():
+    assert train_bpe(TEXT, 256).vocab_size == 256  # no merge: each byte a token
+    with pytest.raises(ValueError, match="vocab_size must be an integer >= 256"):
+        train_bpe(TEXT, 255)

@@ -3,7 +3,9 @@
 import numpy as np
 
 from resgrad.formats.checkpoint import load_checkpoint
-from resgrad.train.loop import TrainConfig, read_metrics, train
+from resgrad.train.config import TrainConfig
+from resgrad.train.loop import train
+from resgrad.train.rundir import read_metrics
 from tests.formats.test_checkpoint import _v1_bytes
 
 TINY = dict(

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from resgrad.nn.model import GPT, GPTConfig
+from resgrad.train.config import TrainConfig, resume_config
 from resgrad.train.dynamics import (
     DYNAMICS_BIN,
     DYNAMICS_HEADER,
@@ -18,7 +19,7 @@ from resgrad.train.dynamics import (
     snapshot_blocks,
     update_ratios,
 )
-from resgrad.train.loop import TrainConfig, resume_config, train, train_step
+from resgrad.train.loop import train, train_step
 from resgrad.train.optim import AdamW, AdamWConfig, grad_norms
 
 TINY = dict(
@@ -212,3 +213,178 @@ def test_resume_over_records_of_another_depth_starts_afresh(tmp_path):
     DynamicsWriter(tmp_path, 3, start=2, log=said.append).close()
     assert said and "of 2 blocks, not 3" in said[0] and "from step 2" in said[0]
     assert read_dynamics(tmp_path).n_layer == 3 and read_dynamics(tmp_path).steps.size == 0
+
+
+# -- damaged records: validated on read and before a resume appends
+
+
+def _write_run(tmp_path, n_steps=12, n_layer=2):
+    """A dynamics file of n_steps plausible records, as a run writes them."""
+    with DynamicsWriter(tmp_path, n_layer, config={"max_iters": n_steps}) as w:
+        for s in range(n_steps):
+            rec = np.zeros((), dtype=record_dtype(n_layer))
+            rec["step"], rec["loss"], rec["lr"], rec["grad"] = s, 3.0 - 0.1 * s, 1e-3, 0.5
+            w.append(rec)
+    return tmp_path / DYNAMICS_BIN, record_dtype(n_layer).itemsize
+
+
+def _damage(path, index, size, data):
+    raw = bytearray(path.read_bytes())
+    raw[index * size : (index + 1) * size] = data
+    path.write_bytes(bytes(raw))
+
+
+def test_random_bytes_in_a_record_are_reported_and_the_records_before_kept(tmp_path):
+    path, size = _write_run(tmp_path)
+    junk = np.zeros((), dtype=record_dtype(2))
+    junk["step"] = 8 * 10**18  # what random bytes give: a step no run reaches
+    _damage(path, 6, size, junk.tobytes())
+    dyn = read_dynamics(tmp_path)
+    assert dyn.steps.tolist() == list(range(6))
+    assert dyn.damage == (
+        "dynamics.bin: record 7 of 12 is damaged (step 8e18 after 5); kept the first 6"
+    )
+    rng = np.random.default_rng(0)  # really random bytes: refused on some field
+    _damage(path, 6, size, rng.integers(0, 256, size, dtype=np.uint8).tobytes())
+    dyn = read_dynamics(tmp_path)
+    assert dyn.steps.tolist() == list(range(6)) and "record 7 of 12 is damaged" in dyn.damage
+
+
+@pytest.mark.parametrize(
+    "field, value, why",
+    [("step", 3, "step 3 after 5"), ("step", 5, "step 5 after 5"), ("step", -1, "step -1 after 5"),
+     ("step", 2**53, "step 9e15 after 5"),
+     ("clipped", 7, "clipped is 7, not 0 or 1"), ("lr", np.nan, "lr is nan")],
+)  # fmt: skip
+def test_each_field_a_run_never_writes_is_damage(tmp_path, field, value, why):
+    path, size = _write_run(tmp_path)
+    rec = read_dynamics(tmp_path).records[6].copy()
+    rec[field] = value
+    _damage(path, 6, size, rec.tobytes())
+    assert read_dynamics(tmp_path).damage == (
+        f"dynamics.bin: record 7 of 12 is damaged ({why}); kept the first 6"
+    )
+
+
+def test_healthy_records_carry_no_damage(tmp_path):
+    _write_run(tmp_path, 5)
+    dyn = read_dynamics(tmp_path)
+    assert dyn.damage is None and dyn.steps.tolist() == list(range(5))
+    os.truncate(tmp_path / DYNAMICS_BIN, 0)
+    assert read_dynamics(tmp_path).damage is None  # no step yet is not damage
+
+
+def test_a_resume_over_damaged_records_says_what_it_kept(tmp_path):
+    path, size = _write_run(tmp_path)
+    _damage(path, 6, size, np.full(size, 0xFF, np.uint8).tobytes())
+    said = []
+    with DynamicsWriter(tmp_path, 2, start=10, log=said.append) as w:
+        rec = np.zeros((), dtype=record_dtype(2))
+        rec["step"] = 10
+        w.append(rec)
+    assert len(said) == 1 and said[0].startswith("dynamics.bin: record 7 of 12 is damaged (")
+    assert said[0].endswith("kept the first 6; recording again from step 10"), said
+    assert read_dynamics(tmp_path).steps.tolist() == [0, 1, 2, 3, 4, 5, 10]
+
+
+def test_a_resume_over_a_file_truncated_before_the_checkpoint_says_so(tmp_path):
+    """Cut mid-record 3 of a run checkpointed at step 10: not what a kill leaves."""
+    path, size = _write_run(tmp_path)
+    os.truncate(path, 2 * size + size // 2)
+    said = []
+    DynamicsWriter(tmp_path, 2, start=10, log=said.append).close()
+    assert said == [
+        "dynamics.bin: its records stop at step 1, before the checkpoint's step 10 (the file "
+        "was cut short); kept the first 2; recording again from step 10"
+    ]
+    said.clear()  # a kill's torn tail after the checkpoint: silent, as before
+    path, size = _write_run(tmp_path)
+    os.truncate(path, 11 * size + 5)
+    DynamicsWriter(tmp_path, 2, start=10, log=said.append).close()
+    assert said == [] and read_dynamics(tmp_path).steps.tolist() == list(range(10))
+
+
+@pytest.mark.parametrize(
+    "field, value, message",
+    [("n_layer", 100_000_000, "n_layer is 100000000; expected an integer in [1, 1000000]"),
+     ("n_layer", 1e300, "n_layer is 1e+300; expected an integer in [1, 1000000]"),
+     ("n_layer", float("inf"), "n_layer is inf; expected an integer in [1, 1000000]"),
+     ("n_layer", True, "n_layer is True; expected an integer in [1, 1000000]"),
+     ("record_bytes", float("nan"), "record_bytes is nan; expected 81 for n_layer 2"),
+     ("record_bytes", 80, "record_bytes is 80; expected 81 for n_layer 2"),
+     ("dtype", [["step", "<i8"]], "dtype is not the records of n_layer 2")],
+)  # fmt: skip
+def test_an_absurd_header_field_is_named_with_its_file(tmp_path, field, value, message):
+    import json
+
+    _write_run(tmp_path, 3)
+    head_path = tmp_path / DYNAMICS_HEADER
+    head = json.loads(head_path.read_text())
+    head[field] = value
+    head_path.write_text(json.dumps(head))  # NaN and Infinity as Python's json writes them
+    with pytest.raises(ValueError) as e:
+        read_dynamics(tmp_path)
+    assert str(e.value) == f"{str(head_path)!r}: {message}"
+
+
+def test_record_dtype_refuses_a_depth_no_record_can_hold():
+    with pytest.raises(ValueError, match=r"n_layer must be an integer in \[1, 1000000\]"):
+        record_dtype(100_000_000)
+    assert record_dtype(1_000_000).itemsize == 21 + 4 * (7 * 1_000_000 + 1)
+
+
+def test_records_hold_the_steps_losses_and_rates_of_the_run(tmp_path, text_file):
+    """Each record's per-step fields are the ones metrics.jsonl logs for that step, and the
+    learning rate is the schedule's, computed here from its formula."""
+    from resgrad.train.rundir import read_metrics
+
+    out, _ = _train(tmp_path, "run", text_file, max_iters=8, warmup_iters=2, lr_decay_iters=6,
+                    lr=3e-3, min_lr=3e-4, grad_clip=0.05)  # fmt: skip
+    dyn = read_dynamics(out)
+    steps = [r for r in read_metrics(out) if r["kind"] == "iter"]
+    assert dyn.steps.tolist() == [r["iter"] for r in steps] == list(range(8))
+    np.testing.assert_array_equal(dyn["loss"], np.float32([r["loss"] for r in steps]))
+    np.testing.assert_array_equal(dyn["grad_norm"], np.float32([r["grad_norm"] for r in steps]))
+    np.testing.assert_array_equal(dyn["clipped"], [r["grad_norm"] > 0.05 for r in steps])
+    assert dyn["clipped"].any()
+    for r, lr in zip(steps, dyn["lr"]):
+        it = r["iter"]
+        if it < 2:
+            want = 3e-3 * (it + 1) / 3
+        elif it > 6:
+            want = 3e-4
+        else:
+            c = 0.5 * (1 + np.cos(np.pi * (it - 2) / 4))
+            want = 3e-4 + c * (3e-3 - 3e-4)
+        assert lr == np.float32(want) == np.float32(r["lr"]), it
+    np.testing.assert_allclose(dyn["grad"], [r["layer_grad_norms"] for r in steps], rtol=1e-6)
+    np.testing.assert_allclose(dyn["stream_grad"], [r["stream_grad_norms"] for r in steps],
+                               rtol=1e-6)  # fmt: skip
+
+
+def test_the_records_before_a_checkpoint_are_fsynced_before_it_is_saved(
+    tmp_path, text_file, monkeypatch
+):
+    """Durability: at each checkpoint save, dynamics.bin has been fsynced at its current size
+    (a power cut must not leave a checkpoint with fewer records before it)."""
+    import resgrad.train.loop as loop
+
+    synced = {}  # inode -> file size at its last fsync
+    real_fsync, real_save = os.fsync, loop.save_checkpoint
+
+    def fsync(fd):
+        st = os.fstat(fd)
+        synced[st.st_ino] = st.st_size
+        return real_fsync(fd)
+
+    checks = []
+
+    def save(path, *a, **kw):
+        st = os.stat(os.path.join(os.path.dirname(path), DYNAMICS_BIN))
+        checks.append(synced.get(st.st_ino) == st.st_size)
+        return real_save(path, *a, **kw)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(loop, "save_checkpoint", save)
+    _train(tmp_path, "run", text_file, max_iters=10, eval_interval=5)
+    assert len(checks) == 3 and all(checks), checks  # iterations 0, 5 and 10

@@ -1,5 +1,4 @@
 import dataclasses
-import json
 import math
 import os
 import signal
@@ -13,15 +12,10 @@ import pytest
 from resgrad.cli import main
 from resgrad.formats.checkpoint import load_checkpoint
 from resgrad.nn.model import GPT, GPTConfig
-from resgrad.train.loop import (
-    DepthTrainConfig,
-    TrainConfig,
-    TrainingDiverged,
-    read_metrics,
-    resume_config,
-    train,
-)
+from resgrad.train.config import TrainConfig, resume_config
+from resgrad.train.loop import TrainingDiverged, train
 from resgrad.train.optim import AdamW, AdamWConfig, clip_grad_norm
+from resgrad.train.rundir import read_metrics
 
 TINY = dict(
     n_layer=2, n_head=2, n_embd=16, block_size=8, batch_size=4, warmup_iters=2,
@@ -112,7 +106,9 @@ def test_a_real_kill_leaves_a_loadable_checkpoint_and_resume_continues(tmp_path,
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:  # wait for a few checkpoints, then kill mid-run
             recs = read_metrics(out) if out.exists() else []
-            if sum(r["kind"] == "eval" for r in recs) >= 4:
+            # the eval record at iteration 4 is written after step 3, so after the
+            # checkpoint at iteration 3 was saved (an eval's record precedes its save)
+            if sum(r["kind"] == "eval" for r in recs) >= 5:
                 break
             time.sleep(0.05)
         time.sleep(np.random.default_rng().uniform(0, 0.2))  # some moment in the loop
@@ -294,70 +290,6 @@ def test_cli_train_sample_and_resume(tmp_path, text_file, capsys):
     assert "'Z'" in capsys.readouterr().err
 
 
-def test_depth_train_cli_tiny(tmp_path, text_file, capsys):
-    out = str(tmp_path / "depth")
-    args = ["depth-train", "--n-layer", "2", "--n-head", "2", "--n-embd", "16", "--block-size",
-            "8", "--batch-size", "2", "--max-iters", "4", "--eval-interval", "2", "--eval-iters",
-            "1", "--data", text_file, "--out-dir", out]  # fmt: skip
-    assert main(args) == 0
-    printed = capsys.readouterr().out
-    assert "none" in printed and "pre-ln" in printed and "depth_train.png" in printed
-    summary = json.load(open(os.path.join(out, "depth_train.json")))
-    assert list(summary["variants"]) == ["none", "pre-ln"]
-    for s in summary["variants"].values():
-        assert len(s["first_step_layer_grad_norms"]) == 2 and np.isfinite(s["val_loss"])
-    with open(os.path.join(out, "depth_train.png"), "rb") as f:
-        assert f.read(4) == b"\x89PNG"
-    # both variants started from the same batches: their first losses see the same data
-    assert DepthTrainConfig(n_layer=2).train_config("none").seed == 1337
-
-
-def test_depth_train_of_zero_steps_draws_without_warnings(tmp_path, text_file, capsys):
-    import warnings
-
-    args = ["depth-train", "--n-layer", "2", "--n-head", "2", "--n-embd", "16", "--block-size",
-            "8", "--batch-size", "2", "--max-iters", "0", "--eval-iters", "1", "--data",
-            text_file, "--out-dir", str(tmp_path / "d")]  # fmt: skip
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # matplotlib's 'No artists with labels' legend warning
-        assert main(args) == 0
-    assert os.path.getsize(tmp_path / "d" / "depth_train.png") > 1000
-
-
-def test_read_metrics_skips_a_torn_line_and_cuts_at_the_checkpoint(tmp_path):
-    ev = {"train_loss": 2.0, "val_loss": 2.1}
-    lines = [
-        {"kind": "eval", "iter": 0, **ev},
-        {"kind": "iter", "iter": 0, "loss": 2.5},
-        {"kind": "iter", "iter": 1, "loss": 2.4},
-        {"kind": "eval", "iter": 2, **ev},
-        {"kind": "iter", "iter": 2, "loss": 2.3},
-    ]
-    text = "".join(json.dumps(r) + "\n" for r in lines) + '{"kind": "iter", "it'  # killed
-    (tmp_path / "metrics.jsonl").write_text(text, encoding="utf-8")
-    problems = []
-    assert read_metrics(tmp_path, problems=problems) == lines
-    assert problems == []  # a torn last line is what a kill leaves: not a problem
-    assert read_metrics(tmp_path, upto=2) == lines[:4]  # steps before 2, evals up to 2
-
-
-def test_read_metrics_skips_and_names_foreign_and_damaged_lines(tmp_path):
-    good = {"kind": "iter", "iter": 0, "loss": 2.5}
-    bad = [
-        {"kind": "note"},
-        {"kind": "iter", "iter": "1", "loss": 1.0},
-        {"kind": "eval", "iter": 1},
-    ]
-    text = "".join(json.dumps(r) + "\n" for r in [good, *bad]) + "garbage\n"
-    (tmp_path / "metrics.jsonl").write_text(text, encoding="utf-8")
-    problems = []
-    assert read_metrics(tmp_path, upto=5, problems=problems) == [good]
-    assert [p.split(" of ")[0] for p in problems] == ["line 2", "line 3", "line 4", "line 5"]
-    problems = []
-    assert read_metrics(tmp_path / "nowhere", problems=problems) == []
-    assert problems == ["metrics.jsonl is missing"]
-
-
 def test_every_training_step_is_clipped(tmp_path, text_file, monkeypatch):
     # Adam's step barely depends on the gradient's scale, so the loss cannot show a
     # skipped clip: look at the gradients the optimizer is given instead
@@ -409,3 +341,99 @@ def test_a_checkpoint_from_before_a_new_setting_still_resumes(tmp_path, text_fil
     save_checkpoint(path, dataclasses.replace(ckpt, config={**ckpt.config, "train": old}))
     train(resume_config(half.out_dir, max_iters=12), progress=False, log=lambda s: None)
     assert _steps(whole.out_dir) == _steps(half.out_dir)
+
+
+def test_resume_with_init_from_names_the_change_not_flags_never_typed(tmp_path, text_file, capsys):
+    """A from-scratch run of 2 layers resumed with --init-from: the checkpoint's own n_layer
+    is not something the user typed; what is wrong is init_from itself."""
+    cfg = _cfg(tmp_path, "run", text_file, max_iters=1)
+    train(cfg, progress=False, log=lambda s: None)
+    with pytest.raises(ValueError, match="init_from is 'gpt2' but the checkpoint was trained "
+                                         "with None"):  # fmt: skip
+        resume_config(cfg.out_dir, init_from="gpt2")
+    assert main(["train", "--init-from", "gpt2", "--resume", "--out-dir", cfg.out_dir]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "init_from is 'gpt2'" in err, err
+    assert "n_layer" not in err and "n_embd" not in err, err
+
+
+@pytest.mark.parametrize("existing", [False, True])
+def test_a_run_refused_before_its_first_checkpoint_leaves_nothing_new(
+    tmp_path, text_file, monkeypatch, existing
+):
+    """Refused at the first evaluation (e.g. token ids a pretrained model has no row for),
+    after the metrics, dynamics and tokenizer files were opened: none of them stays."""
+    import resgrad.train.loop as loop
+
+    def refuse(*a, **kw):
+        raise ValueError("token id 5000 is outside [0, 280)")
+
+    monkeypatch.setattr(loop, "estimate_loss", refuse)
+    out = tmp_path / "run"
+    if existing:
+        out.mkdir()
+        (out / "notes.txt").write_text("mine")
+    cfg = _cfg(tmp_path, "run", text_file, max_iters=2, tokenizer="bpe", vocab_size=260)
+    with pytest.raises(ValueError, match="token id 5000"):
+        train(cfg, progress=False, log=lambda s: None)
+    left = sorted(p.name for p in out.iterdir() if ".lock" not in p.name) if out.exists() else []
+    assert left == (["notes.txt"] if existing else []), left
+
+
+def test_a_bpe_larger_than_the_text_can_give_is_refused(tmp_path, text_file, capsys):
+    """A BPE stops merging when no pair is left: asked for 5000 on a small text it reaches
+    a few hundred tokens. The run says so instead of training another vocabulary."""
+    from resgrad.train.bpe import train_bpe
+    from resgrad.train.data import load_corpus
+
+    reached = train_bpe(load_corpus(text_file, 8).text, 5000).vocab_size
+    assert 256 < reached < 5000
+    out = str(tmp_path / "bpe")
+    args = ["train", *TINY_FLAGS, "--data", text_file, "--tokenizer", "bpe", "--vocab-size",
+            "5000", "--max-iters", "1", "--out-dir", out]  # fmt: skip
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert "vocab_size 5000" in err and f"{reached} tokens" in err, err
+    assert f"at most {reached}" in err, err
+    assert not os.path.exists(out)
+    args[args.index("5000")] = str(reached)  # the size it reaches is accepted
+    assert main(args) == 0
+
+
+def test_with_clipping_off_the_update_is_adamw_on_the_unclipped_gradient():
+    """grad_clip 0 (as the warm-up and depth experiments train): two steps of train_step
+    equal AdamW's formula, written out here, on the raw gradients, whose norm is far above
+    any clip; a clipped run would have moved elsewhere."""
+    from resgrad.train.loop import train_step
+
+    cfg = GPTConfig(vocab_size=11, block_size=8, n_layer=2, n_head=2, n_embd=16)
+    rng = np.random.default_rng(0)
+    batches = [(rng.integers(0, 11, (4, 8)), rng.integers(0, 11, (4, 8))) for _ in range(2)]
+    lrs, b1, b2, eps, wd = (1e-2, 3e-2), 0.9, 0.99, 1e-8, 0.1
+    model = GPT(cfg, seed=0, dtype=np.float64)
+    opt = AdamW(model.params, AdamWConfig(beta1=b1, beta2=b2, eps=eps, weight_decay=wd))
+    want = {k: p.copy() for k, p in model.params.items()}
+    m = {k: np.zeros_like(p) for k, p in want.items()}
+    v = {k: np.zeros_like(p) for k, p in want.items()}
+    for t, ((x, y), lr) in enumerate(zip(batches, lrs), 1):
+        ref = GPT.from_params(cfg, {k: p.copy() for k, p in want.items()})
+        g = ref.backward(ref.forward(x, y)[2])  # the raw gradients at the current weights
+        total = math.sqrt(sum(float(np.sum(a**2)) for a in g.values()))
+        step = train_step(model, opt, x, y, lr, 0.0, None, t - 1)
+        assert step.grad_norm == pytest.approx(total, rel=1e-12) and not step.clipped
+        assert total > 0.5  # a clip at 0.1 would have scaled these
+        for k in want:
+            m[k] = b1 * m[k] + (1 - b1) * g[k]
+            v[k] = b2 * v[k] + (1 - b2) * g[k] ** 2
+            decay = 1 - lr * wd if want[k].ndim >= 2 else 1.0
+            step_size = lr / (1 - b1**t)
+            want[k] = want[k] * decay - step_size * m[k] / (np.sqrt(v[k] / (1 - b2**t)) + eps)
+    for k in want:
+        # atol: the key biases, whose gradient is 0 but for rounding, which Adam normalizes
+        np.testing.assert_allclose(model.params[k], want[k], rtol=1e-10, atol=1e-12, err_msg=k)
+    clipped = GPT(cfg, seed=0, dtype=np.float64)  # not vacuous: clipping changes the result
+    opt = AdamW(clipped.params, AdamWConfig(beta1=b1, beta2=b2, eps=eps, weight_decay=wd))
+    for (x, y), lr in zip(batches, lrs):
+        train_step(clipped, opt, x, y, lr, 0.1, None)
+    assert not np.allclose(clipped.params["wte"], want["wte"], rtol=1e-6, atol=0)

@@ -3,6 +3,8 @@
 import json
 import os
 import pathlib
+import pickle
+import shutil
 import subprocess
 import sys
 
@@ -15,7 +17,7 @@ from resgrad.formats.checkpoint import load_checkpoint
 from resgrad.formats.hf import export_hf, load_hf
 from resgrad.nn.model import GPT, GPTConfig
 from resgrad.train.bpe import train_bpe
-from resgrad.train.loop import TrainConfig
+from resgrad.train.config import TrainConfig
 from resgrad.train.pretrained import load_pretrained, sample_pretrained
 from resgrad.train.sample import generate, load_model
 from resgrad.verify.selfcheck import randomize_params
@@ -327,3 +329,130 @@ def test_the_memory_estimate_uses_the_bpe_vocabulary():
     chars, bpe = TrainConfig(), TrainConfig(tokenizer="bpe", vocab_size=50_000)
     # the logits and the embedding grow with V: 50,000 tokens, not the characters' 256
     assert memory.train_bytes(bpe) - memory.train_bytes(chars) > 4 * 4 * (50_000 - 256) * 128
+
+
+# --------------------------------------------------------------------------- nanoGPT's vocabulary
+
+CHARS_TEXT = "First Citizen:\nBefore we proceed any further, hear me speak.\nAll:\nSpeak, speak.\n"
+
+
+@pytest.fixture
+def nanogpt_run(torch, tmp_path):
+    """A character-level nanoGPT run laid out as nanoGPT leaves it: out-shakespeare-char/
+    ckpt.pt (train.py's dict, a compiled model's keys) beside data/shakespeare_char/meta.pkl
+    (prepare.py's stoi/itos). Returns (root, ckpt path, meta path, nanoGPT's model, itos)."""
+    from tests import nanogpt_reference
+
+    chars = sorted(set(CHARS_TEXT))
+    stoi, itos = {c: i for i, c in enumerate(chars)}, dict(enumerate(chars))
+    root = tmp_path / "nanoGPT"
+    (root / "data" / "shakespeare_char").mkdir(parents=True)
+    meta = root / "data" / "shakespeare_char" / "meta.pkl"
+    with open(meta, "wb") as f:
+        pickle.dump({"vocab_size": len(chars), "itos": itos, "stoi": stoi}, f)
+    args = dict(n_layer=2, n_head=2, n_embd=16, block_size=32, vocab_size=len(chars), bias=False)
+    ref = nanogpt_reference.build(torch, **args, dtype=torch.float32, seed=4)
+    (root / "out-shakespeare-char").mkdir()
+    ckpt = root / "out-shakespeare-char" / "ckpt.pt"
+    torch.save(nanogpt_reference.train_py_checkpoint(torch, ref, **args), ckpt)
+    return root, ckpt, meta, ref, itos
+
+
+def _nanogpt_greedy(torch, ref, stoi, itos, start, n):
+    """nanoGPT's own model, greedy, decoded with its itos, as its sample.py decodes."""
+    ids = [stoi[c] for c in start]
+    with torch.no_grad():
+        for _ in range(n):
+            x = torch.tensor([ids])
+            logits = ref(x, torch.zeros_like(x))[0]  # (1, T, V)
+            ids.append(int(logits[0, -1].argmax()))
+    return "".join(itos[i] for i in ids)
+
+
+@pytest.mark.parametrize("where", ["nanogpt-root", "elsewhere"])
+def test_a_character_level_nanogpt_run_samples_as_nanogpt_does(
+    torch, nanogpt_run, tmp_path, capsys, monkeypatch, where
+):
+    """data/<config.dataset>/meta.pkl is found from nanoGPT's root (sample.py's rule) and from
+    anywhere else (beside the checkpoint's directory); greedy text is nanoGPT's own."""
+    root, ckpt, _, ref, itos = nanogpt_run
+    monkeypatch.chdir(root if where == "nanogpt-root" else tmp_path)
+    name = "out-shakespeare-char/ckpt.pt" if where == "nanogpt-root" else str(ckpt)
+    args = ["sample", "--from-pretrained", name, "--start", "Speak", "--num-tokens", "20",
+            "--top-k", "1"]  # fmt: skip
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    stoi = {c: i for i, c in itos.items()}
+    assert out == _nanogpt_greedy(torch, ref, stoi, itos, "Speak", 20) + "\n"
+    model, tok = load_pretrained(name)
+    assert tok.chars == "".join(itos[i] for i in range(len(itos)))
+    assert model.cfg.activation == "gelu-erf"
+
+
+def test_meta_flag_and_the_error_without_a_vocabulary(torch, nanogpt_run, tmp_path, capsys,
+                                                      monkeypatch):  # fmt: skip
+    root, ckpt, meta, _, itos = nanogpt_run
+    monkeypatch.chdir(tmp_path)
+    lone = tmp_path / "lone"
+    lone.mkdir()
+    shutil.copy(ckpt, lone / "ckpt.pt")  # no data/ anywhere near it
+    err = _one_line_exit_2(capsys, ["sample", "--from-pretrained", str(lone / "ckpt.pt")],
+                           "has no vocabulary")  # fmt: skip
+    assert "data/shakespeare_char/meta.pkl" in err and "GPT-2's BPE" in err
+    assert "--meta PATH" in err and "tokenizer.json beside the checkpoint" in err
+    args = ["sample", "--from-pretrained", str(lone / "ckpt.pt"), "--meta", str(meta),
+            "--start", "Speak", "--num-tokens", "5"]  # fmt: skip
+    assert main(args) == 0
+    assert set(capsys.readouterr().out.strip()) <= set(itos.values())
+    # --meta wins over the dataset's: a meta.pkl of another vocabulary is refused by size
+    small = tmp_path / "small.pkl"
+    small.write_bytes(pickle.dumps({"itos": {0: "a", 1: "b"}, "stoi": {"a": 0, "b": 1}}))
+    _one_line_exit_2(capsys, ["sample", "--from-pretrained", str(ckpt), "--meta", str(small)],
+                     f"{str(small)!r} holds 2 characters but the model")  # fmt: skip
+    _one_line_exit_2(capsys, ["sample", "--from-pretrained", str(ckpt), "--meta",
+                              str(tmp_path / "nope.pkl")], "does not exist")  # fmt: skip
+    _one_line_exit_2(capsys, ["sample", "--out-dir", str(tmp_path), "--meta", str(meta)],
+                     "--meta cannot be combined with --out-dir")  # fmt: skip
+    _one_line_exit_2(capsys, ["train", "--meta", str(meta), "--out-dir", str(tmp_path / "t")],
+                     "is the vocabulary of a nanoGPT ckpt.pt given as init_from")  # fmt: skip
+    assert not os.path.exists(tmp_path / "t")
+    with pytest.raises(ValueError, match="is not one"):
+        load_pretrained(str(root), meta=meta)  # a directory brings its own tokenizer
+
+
+def test_a_meta_pkl_that_would_run_code_is_refused_through_the_cli(torch, nanogpt_run, tmp_path,
+                                                                   capsys):  # fmt: skip
+    root, ckpt, meta, _, _ = nanogpt_run
+    marker = tmp_path / "pwned"
+
+    class RunsCode:
+        def __reduce__(self):
+            return (os.system, (f"touch {marker}",))
+
+    meta.write_bytes(pickle.dumps({"itos": {0: "a"}, "stoi": RunsCode()}))
+    _one_line_exit_2(capsys, ["sample", "--from-pretrained", str(ckpt), "--start", "a"],
+                     f"it names the global {os.system.__module__}.system")  # fmt: skip
+    assert not marker.exists()
+
+
+def test_flow_and_init_from_read_the_nanogpt_vocabulary(torch, nanogpt_run, tmp_path, capsys):
+    root, ckpt, meta, _, itos = nanogpt_run
+    text = tmp_path / "speech.txt"
+    text.write_text(CHARS_TEXT * 20, encoding="utf-8")
+    args = ["flow", "--from-pretrained", str(ckpt), "--text", str(text), "--seq", "16",
+            "--batch", "2", "--seeds", "1", "--format", "json"]  # fmt: skip
+    assert main(args) == 0
+    capsys.readouterr()
+    _one_line_exit_2(capsys, ["flow", "--meta", str(meta)], "--meta is the vocabulary of a "
+                     "--from-pretrained ckpt.pt")  # fmt: skip
+    out = tmp_path / "ft"
+    args = ["train", "--init-from", str(ckpt), "--block-size", "16", "--batch-size", "2",
+            "--max-iters", "2", "--eval-interval", "2", "--eval-iters", "1", "--warmup-iters",
+            "0", "--lr-decay-iters", "2", "--data", str(text), "--out-dir", str(out)]  # fmt: skip
+    assert main(args) == 0
+    model, tok, ckpt_ = load_model(out)
+    assert tok.chars == "".join(itos[i] for i in range(len(itos)))
+    assert model.cfg.activation == "gelu-erf"  # the fine-tuned model keeps nanoGPT's GELU
+    assert ckpt_.config["model"]["activation"] == "gelu-erf"
+    assert main(["train", "--out-dir", str(out), "--resume", "--max-iters", "4"]) == 0
+    assert load_model(out)[0].cfg.activation == "gelu-erf"  # resumed with it, too

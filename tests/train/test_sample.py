@@ -1,3 +1,5 @@
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -111,8 +113,8 @@ def test_sampling_is_seeded_and_respects_top_k():
         sample_token(logits, np.random.default_rng(0), top_k=0)
 
 
-def _saved(tmp_path, vocab="abcdefghijk"):
-    m = _model(dtype=np.float32)
+def _saved(tmp_path, vocab="abcdefghijk", dtype=np.float32):
+    m = _model(dtype=dtype)
     import dataclasses
 
     ckpt = Checkpoint(
@@ -148,3 +150,78 @@ def test_checkpoint_whose_vocabulary_does_not_fit_the_model_is_refused(tmp_path)
     _saved(tmp_path, vocab="abc")
     with pytest.raises(ValueError, match="vocabulary of 3"):
         load_model(tmp_path)
+
+
+def test_the_cached_sampler_uses_the_models_activation():
+    """The KV-cache path has its own MLP call: it must run the exact GELU of a gelu-erf model."""
+    m = _model()
+    erf = GPT.from_params(dataclasses.replace(m.cfg, activation="gelu-erf"), m.params)
+    idx = np.random.default_rng(4).integers(0, 11, (2, 6))
+    got = forward_step(erf, idx, KVCache.empty(erf.cfg, 2, np.float64))  # (2, 6, V)
+    np.testing.assert_allclose(got, erf.forward(idx)[0], rtol=0, atol=1e-12)
+    assert np.abs(got - m.forward(idx)[0]).max() > 1e-8  # the tanh model is another function
+
+
+def test_a_checkpoint_round_trips_the_activation_and_an_old_one_is_tanh(tmp_path):
+    m = _model(dtype=np.float32)
+    erf = GPT.from_params(dataclasses.replace(m.cfg, activation="gelu-erf"), m.params)
+    for d, model_cfg in (("new", dataclasses.asdict(erf.cfg)),
+                         ("old", {k: v for k, v in dataclasses.asdict(erf.cfg).items()
+                                  if k != "activation"})):  # fmt: skip
+        (tmp_path / d).mkdir()
+        ckpt = Checkpoint(params=m.params, optimizer={}, iteration=0, vocab="abcdefghijk",
+                          config={"model": model_cfg, "train": {}})  # fmt: skip
+        save_checkpoint(tmp_path / d / "last.ckpt", ckpt)
+    new, _, _ = load_model(tmp_path / "new")
+    old, _, _ = load_model(tmp_path / "old")  # written before the field existed
+    assert new.cfg == erf.cfg and new.cfg.activation == "gelu-erf"
+    assert old.cfg == m.cfg and old.cfg.activation == "gelu-tanh"
+    idx = np.array([[1, 2, 3, 4]])
+    np.testing.assert_array_equal(new.forward(idx)[0], erf.forward(idx)[0])
+    np.testing.assert_array_equal(old.forward(idx)[0], m.forward(idx)[0])
+
+
+def test_a_prompt_longer_than_block_size_is_seen_through_its_last_block_size_tokens():
+    m = _model()
+    start = np.random.default_rng(3).integers(0, 11, (2, 13))  # 13 tokens, block_size 8
+    logits = []
+    out = generate(m, start, 5, np.random.default_rng(0), logits_out=logits)
+    assert out.shape == (2, 18) and np.array_equal(out[:, :13], start)
+    for n, got in enumerate(logits):
+        p = 13 + n  # tokens seen before drawing token p: the model sees the last 8
+        full, _, _ = m.forward(out[:, p - 8 : p])
+        np.testing.assert_allclose(got, full[:, -1], rtol=0, atol=1e-12)
+
+
+def test_a_context_beyond_block_size_is_refused_by_name():
+    m = _model()
+    with pytest.raises(ValueError, match="context of 9 tokens exceeds block_size 8"):
+        forward_step(m, np.zeros((1, 9), np.int64), KVCache.empty(m.cfg, 1, np.float64))
+    cache = KVCache.empty(m.cfg, 1, np.float64)
+    forward_step(m, np.zeros((1, 5), np.int64), cache)
+    with pytest.raises(ValueError, match="context of 9 tokens exceeds block_size 8"):
+        forward_step(m, np.zeros((1, 4), np.int64), cache)
+    assert forward_step(m, np.zeros((1, 3), np.int64), cache).shape == (1, 3, 11)  # 8 fits
+
+
+def test_the_stream_sends_the_start_then_each_piece_adding_up_to_the_text(tmp_path):
+    _saved(tmp_path)
+    pieces = []
+    text = sample_text(tmp_path, "abc", 12, seed=4, on_text=pieces.append)
+    assert pieces[0] == "abc" and len(pieces) == 13  # the start, then one per character
+    assert "".join(pieces) == text == sample_text(tmp_path, "abc", 12, seed=4)
+
+
+def test_a_float64_checkpoint_loads_as_float64(tmp_path):
+    m = _saved(tmp_path, dtype=np.float64)
+    loaded, _, _ = load_model(tmp_path)
+    for k, v in m.params.items():
+        assert loaded.params[k].dtype == np.float64 and np.array_equal(loaded.params[k], v)
+
+
+def test_best_is_refused_for_a_checkpoint_file(tmp_path):
+    _saved(tmp_path)
+    with pytest.raises(ValueError, match="--best picks a run directory's best.ckpt"):
+        load_model(tmp_path / "last.ckpt", best=True)
+    with pytest.raises(ValueError, match="--best"):
+        sample_text(tmp_path / "last.ckpt", "a", 3, best=True)

@@ -7,8 +7,9 @@ import pytest
 
 from resgrad.formats.checkpoint import load_checkpoint, save_checkpoint
 from resgrad.nn.model import GPT, GPTConfig
+from resgrad.train.config import TrainConfig, resume_config
 from resgrad.train.dynamics import rms
-from resgrad.train.loop import TrainConfig, resume_config, train
+from resgrad.train.loop import train
 from resgrad.train.shards import Shards, shard_rows
 
 CFG = GPTConfig(vocab_size=11, block_size=8, n_layer=2, n_head=2, n_embd=16)

@@ -58,6 +58,21 @@ def test_every_gradient_matches_pytorch_in_float64(torch, variant, randomize):
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "no-bias"])
+def test_the_exact_gelu_gpt_matches_pytorch_nn_gelu(torch, variant, bias):
+    """activation="gelu-erf" against PyTorch's nn.GELU() (approximate="none")."""
+    model, idx, tgt = _small(variant, seed=7, bias=bias, activation="gelu-erf")
+    dloss, dlogits, errs, _ = _compare(torch, model, idx, tgt)
+    assert dloss < LOSS_TOL and dlogits < 1e-12
+    worst = max(errs, key=errs.get)
+    assert errs[worst] < GRAD_TOL, (worst, errs[worst])
+    # not vacuous: the same weights under the tanh form are a different model to PyTorch
+    tanh = dataclasses.replace(model.cfg, activation="gelu-tanh")
+    _, loss_tanh, _ = torch_reference.run(torch, tanh, model.params, idx, tgt)
+    assert abs(model.forward(idx, tgt)[1] - loss_tanh) > 1e-7
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
 def test_parity_without_biases_and_with_xavier_init(torch, variant):
     model, idx, tgt = _small(variant, seed=1, bias=False, init="xavier")
     dloss, _, errs, _ = _compare(torch, model, idx, tgt)
@@ -127,6 +142,17 @@ def test_gelu_and_layernorm_match_pytorch(torch):
     out, c = L.gelu_forward(x)
     np.testing.assert_allclose(out, torch.nn.functional.gelu(tx, approximate="tanh").detach())
     assert _rel(L.gelu_backward(dout, c), tx.grad.numpy()) < 1e-13
+
+    tx = torch.tensor(x, requires_grad=True)
+    ty = torch.nn.GELU()(tx)  # the exact form: nanoGPT's MLP activation
+    ty.backward(torch.tensor(dout))
+    out, c = L.gelu_erf_forward(x)
+    np.testing.assert_allclose(out, ty.detach().numpy(), rtol=1e-14, atol=1e-15)
+    assert _rel(L.gelu_erf_backward(dout, c), tx.grad.numpy()) < 1e-13
+    t32 = torch.tensor(x.astype(np.float32))
+    out32, _ = L.gelu_erf_forward(x.astype(np.float32))
+    assert out32.dtype == np.float32
+    np.testing.assert_allclose(out32, torch.nn.GELU()(t32).numpy(), rtol=1e-6, atol=1e-6)
 
     g, b = rng.standard_normal(7), rng.standard_normal(7)
     tx = torch.tensor(x, requires_grad=True)

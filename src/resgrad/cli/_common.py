@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
@@ -62,6 +63,46 @@ def seed_count(text: str) -> int:
             f"expected at most {MAX_SEEDS:,} seeds, got {text!r}; each is a measurement of its own"
         )
     return value
+
+
+def seeds(text: str) -> tuple[int, ...]:
+    """``--seeds``: a count K (``3``: seeds 0, 1, 2) or the seeds themselves, comma-separated,
+    a range LOW-HIGH standing for every seed from LOW to HIGH (``100,101,102``, ``100-102``,
+    ``7-7`` for seed 7 alone); distinct, each in [0, 2**32), at most MAX_SEEDS of them."""
+    parts = [p.strip() for p in text.split(",")]
+    if len(parts) == 1 and re.fullmatch(r"[0-9]+", parts[0]):  # a count
+        if int(parts[0]) < 1:
+            raise argparse.ArgumentTypeError(f"expected at least one seed, got {text!r}")
+        return tuple(range(seed_count(parts[0])))
+    spans = []
+    for p in parts:
+        m = re.fullmatch(r"([0-9]+)(?:-([0-9]+))?", p)
+        if m is None:
+            why = "seeds >= 0" if re.fullmatch(r"-[0-9]+", p) else "a seed or a range LOW-HIGH"
+            raise argparse.ArgumentTypeError(
+                f"expected {why}, got {p!r} in {text!r} (--seeds takes a number of seeds K, "
+                "meaning 0..K-1, or a comma-separated list such as 100,101,102 or 100-102)"
+            )
+        lo, hi = int(m[1]), int(m[2] or m[1])
+        if hi >= 2**32:
+            raise argparse.ArgumentTypeError(f"expected seeds in [0, 2**32), got {hi} in {text!r}")
+        if lo > hi:
+            raise argparse.ArgumentTypeError(
+                f"expected a range LOW-HIGH with LOW <= HIGH, got {p!r} in {text!r}"
+            )
+        spans.append((lo, hi))
+    n = sum(hi - lo + 1 for lo, hi in spans)
+    if n > MAX_SEEDS:  # counted before they are listed
+        raise argparse.ArgumentTypeError(
+            f"expected at most {MAX_SEEDS:,} seeds, got {n:,} in {text!r}; each is a "
+            "measurement of its own"
+        )
+    out, seen = tuple(s for lo, hi in spans for s in range(lo, hi + 1)), set()
+    for s in out:
+        if s in seen:
+            raise argparse.ArgumentTypeError(f"expected distinct seeds, got {text!r} ({s} twice)")
+        seen.add(s)
+    return out
 
 
 def nonneg_int(text: str) -> int:

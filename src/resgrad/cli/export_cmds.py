@@ -25,13 +25,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--best", action="store_true", help="use the run's best.ckpt")
     p.add_argument("--out-dir", required=True, help="the directory to write (created if missing)")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="replace the model already in --out-dir (refused without it); the directory is "
+        "written as a whole, so a kill leaves the old model or the new one",
+    )
     p.set_defaults(func=cmd_export)
 
 
 def cmd_export(args: argparse.Namespace) -> int:
     from resgrad.train.pretrained import export_checkpoint
 
-    beside = export_checkpoint(args.checkpoint, args.out_dir, best=args.best)
+    beside = export_checkpoint(args.checkpoint, args.out_dir, best=args.best, force=args.force)
     extra = f", {beside}" if beside else ""
     print(f"wrote {args.out_dir}: config.json, model.safetensors{extra}")
     return 0

@@ -40,9 +40,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     _add_sizes(p, d, single=True)
     p.add_argument(
         "--seeds",
-        type=_common.seed_count,
-        default=len(d.seeds),
-        help="average over seeds 0..SEEDS-1 (default: 1)",
+        type=_common.seeds,
+        default=d.seeds,
+        help="the seeds to average over: a count K (seeds 0..K-1) or a list, e.g. 100,101,102 "
+        "or 100-102 (default: 1, seed 0)",
     )
     p.add_argument("--format", choices=FORMATS, default="table", help="output format")
     p.add_argument(
@@ -66,6 +67,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         "nanoGPT ckpt.pt) on windows of --text; --seq, --batch, --seeds apply",
     )
     p.add_argument("--text", metavar="FILE", help="UTF-8 text for --from-pretrained")
+    p.add_argument(
+        "--meta",
+        metavar="PATH",
+        help="nanoGPT's meta.pkl, the vocabulary of a --from-pretrained ckpt.pt (default: "
+        "data/<its dataset>/meta.pkl, as nanoGPT's sample.py finds it)",
+    )
     p.set_defaults(func=cmd_flow)
 
     s = sub.add_parser(
@@ -88,7 +95,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     s.add_argument("--widths", type=_common.int_list, default=(32,), help="default: 32")
     s.add_argument(
-        "--seeds", type=_common.positive_int, default=2, help="seeds 0..SEEDS-1 (default: 2)"
+        "--seeds",
+        type=_common.seeds,
+        default=(0, 1),
+        help="a count K (seeds 0..K-1) or a list, e.g. 100,101,102 or 100-102 (default: 2, "
+        "seeds 0 and 1)",
     )
     _add_sizes(s, d, single=False)
     s.add_argument("--out", metavar="PATH", required=True, help="result file, .csv or .json")
@@ -151,7 +162,7 @@ def _add_sizes(p: argparse.ArgumentParser, d: flow.FlowConfig, single: bool) -> 
 def _flow_config(args: argparse.Namespace, variant: str) -> flow.FlowConfig:
     return flow.FlowConfig(
         variant=variant, depth=args.depth, width=args.width, heads=args.heads, seq=args.seq,
-        batch=args.batch, init=args.init, loss=args.loss, seeds=tuple(range(args.seeds)),
+        batch=args.batch, init=args.init, loss=args.loss, seeds=args.seeds,
     )  # fmt: skip
 
 
@@ -162,6 +173,8 @@ def cmd_flow(args: argparse.Namespace) -> int:
         records = _pretrained_records(args)
     elif args.text is not None:
         raise ValueError("--text is the input of --from-pretrained; give that too")
+    elif args.meta is not None:
+        raise ValueError("--meta is the vocabulary of a --from-pretrained ckpt.pt; give that too")
     else:
         records = []
     cfgs = [] if args.from_pretrained is not None else [_flow_config(args, v) for v in args.variant]
@@ -255,9 +268,15 @@ def _pretrained_records(args: argparse.Namespace) -> list:
     if args.text is None:
         raise ValueError("--from-pretrained needs --text FILE, the text to run the model on")
     text = read_text(args.text)
-    model, tok = load_pretrained(args.from_pretrained)
+
+    def fits(m) -> None:  # the model's shape, from its config.json: before it is read
+        memory.require(memory.pretrained_flow_bytes(m, args.seq, args.batch),
+                       f"this model (L={m.n_layer} C={m.n_embd} V={m.vocab_size}) on "
+                       f"{args.batch} windows of {args.seq} tokens")  # fmt: skip
+
+    model, tok = load_pretrained(args.from_pretrained, meta=args.meta, fits=fits)
     name = os.path.basename(os.path.normpath(args.from_pretrained))
     return measure_model(
-        model, tok.encode(text), seq=args.seq, batch=args.batch, seeds=range(args.seeds),
+        model, tok.encode(text), seq=args.seq, batch=args.batch, seeds=args.seeds,
         name=name,
     )  # fmt: skip

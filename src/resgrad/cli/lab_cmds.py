@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 
 from resgrad.cli import _common
 from resgrad.lab.claims import CLAIMS, claim_table, format_claims
@@ -72,8 +73,11 @@ def cmd_dynamics(args: argparse.Namespace) -> int:
     plot_format(out)  # a bad extension is refused before anything is read
     dyn = read_dynamics(args.run_dir)
     save_figure(dynamics_figure(dyn, args.quantities, args.layers), out)
+    if dyn.damage:  # the records before the damage were drawn
+        print(f"resgrad dynamics: {args.run_dir}: {dyn.damage}", file=sys.stderr)
     note = f" (a torn last record, {dyn.torn_bytes} bytes, was ignored)" if dyn.torn_bytes else ""
-    print(f"{len(dyn.steps)} steps of {dyn.n_layer} blocks drawn to {out}{note}")
+    n, L = len(dyn.steps), dyn.n_layer
+    print(f"{n} step{'s' * (n != 1)} of {L} block{'s' * (L != 1)} drawn to {out}{note}")
     return 0
 
 
@@ -81,6 +85,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
     plot_format(args.out)
     dyns = [read_dynamics(d) for d in args.run_dirs]
     save_figure(compare_figure(dyns, args.quantity, args.layers), args.out)
+    for d in dyns:
+        if d.damage:  # the records before the damage were drawn
+            print(f"resgrad compare: {d.run_dir}: {d.damage}", file=sys.stderr)
     print(f"{len(dyns)} run{'s' if len(dyns) != 1 else ''} compared in {args.out}")
     return 0
 
@@ -91,7 +98,11 @@ EXPERIMENT_FLAGS = [
     ("--depths", _common.int_list, "numbers of layers, comma-separated"),
     ("--lrs", _common.positive_float_list, "peak learning rates, comma-separated"),
     ("--warmups", _common.nonneg_int_list, "warm-up steps, comma-separated (0: none)"),
-    ("--seeds", _common.positive_int, "seeds 0..K-1 of every cell"),
+    (
+        "--seeds",
+        _common.seeds,
+        "every cell's seeds: a count K (0..K-1) or a list, e.g. 100,101,102 or 100-102",
+    ),
     ("--max-iters", _common.positive_int, "steps per cell"),
     ("--n-embd", _common.positive_int, "width C"),
     ("--n-head", _common.positive_int, "heads H"),
@@ -166,8 +177,9 @@ def register_claims(sub: argparse._SubParsersAction) -> None:
     p.add_argument("claim", choices=CLAIMS, help="which claim")
     p.add_argument("--depths", type=_common.int_list, default=(6, 24, 96),
                    help="comma-separated depths (default: 6,24,96)")  # fmt: skip
-    p.add_argument("--seeds", type=_common.seed_count, default=10,
-                   help="seeds 0..K-1 (default: 10)")  # fmt: skip
+    p.add_argument("--seeds", type=_common.seeds, default=tuple(range(10)),
+                   help="a count K (seeds 0..K-1) or a list, e.g. 100,101,102 or 100-109 "
+                   "(default: 10, seeds 0-9)")  # fmt: skip
     _common.add_threads(p)
     p.set_defaults(func=cmd_claims)
 
@@ -175,5 +187,5 @@ def register_claims(sub: argparse._SubParsersAction) -> None:
 def cmd_claims(args: argparse.Namespace) -> int:
     L = max(args.depths)  # the claims' stacks: width 32, 4 heads, T <= 16, B = 4, float64
     memory.require(memory.gpt_bytes(L, 32, 4, 16, 4, 65, 8, 4), f"these claims (depth {L})")
-    print(format_claims(claim_table(args.claim, args.depths, range(args.seeds))))
+    print(format_claims(claim_table(args.claim, args.depths, args.seeds)))
     return 0

@@ -7,19 +7,13 @@ import dataclasses
 import sys
 
 from resgrad.cli import _common
+from resgrad.lab.depthtrain import DepthTrainConfig, depth_train
 from resgrad.nn.blocks import INITS, VARIANTS
 from resgrad.nn.model import GPTConfig
 from resgrad.perf import memory
 from resgrad.train.bpe import KINDS
-from resgrad.train.loop import (
-    FROM_PRETRAINED,
-    DepthTrainConfig,
-    TrainConfig,
-    TrainingDiverged,
-    depth_train,
-    resume_config,
-    train,
-)
+from resgrad.train.config import FROM_PRETRAINED, TrainConfig, resume_config
+from resgrad.train.loop import TrainingDiverged, train
 from resgrad.train.sample import sample_text
 
 
@@ -55,6 +49,8 @@ TRAIN_FLAGS = [
     ("--tokenizer", _tokenizer_kind, "char, or bpe: a byte-level BPE trained on the data"),
     ("--vocab-size", _common.positive_int, "tokens of the BPE (>= 256), with --tokenizer bpe"),
     ("--init-from", str, "fine-tune a pretrained GPT-2: hub name (gpt2), directory or ckpt.pt"),
+    ("--meta", str, "nanoGPT's meta.pkl, the vocabulary of an --init-from ckpt.pt "
+     "(default: data/<its dataset>/meta.pkl, as nanoGPT's sample.py finds it)"),
     ("--shards", _common.positive_int, "compute each batch as this many shards on threads, "
      "gradients summed; changes only rounding (1: the plain pass)"),
 ]  # fmt: skip
@@ -128,6 +124,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--seed", type=_common.seed, default=1337, help="seed of the sampler (default: 1337)"
     )
     p.add_argument("--best", action="store_true", help="use best.ckpt instead of last.ckpt")
+    p.add_argument(
+        "--meta",
+        metavar="PATH",
+        help="nanoGPT's meta.pkl, the vocabulary of a --from-pretrained ckpt.pt (default: "
+        "data/<its dataset>/meta.pkl, as nanoGPT's sample.py finds it)",
+    )
     _common.add_threads(p)
     p.set_defaults(func=cmd_sample)
 
@@ -226,9 +228,13 @@ def cmd_sample(args: argparse.Namespace) -> int:
 
             sample_pretrained(
                 args.from_pretrained, args.start, args.num_tokens, temperature=args.temperature,
-                top_k=args.top_k, seed=args.seed, on_text=_write,
+                top_k=args.top_k, seed=args.seed, on_text=_write, meta=args.meta,
+                fits=lambda m: memory.require(memory.sample_bytes(m), f"this model (L={m.n_layer} "
+                                              f"C={m.n_embd} V={m.vocab_size} T={m.block_size})"),
             )  # fmt: skip
         else:
+            _common.refuse_with(args.argv, ("--meta",), "--out-dir",
+                                "a resgrad run keeps its vocabulary in its checkpoint")  # fmt: skip
             sample_text(
                 args.out_dir,
                 args.start,

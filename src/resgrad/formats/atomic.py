@@ -6,15 +6,23 @@ the destination (atomic on POSIX and Windows), then fsync the directory so the
 rename itself survives a power cut. A process killed at any moment leaves
 either the previous file or the new one, plus at worst a stray ``.tmp`` file.
 
+A directory written as a whole (a model export: weights, config and tokenizer that
+belong together) goes the same way one level up: :func:`staged_dir` fills a sibling
+temporary directory, fsyncs it, and renames it into place, so a reader never sees new
+weights beside an old config.
+
 This is a low-level module: it imports nothing from resgrad.
 """
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
+import re
+import shutil
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import BinaryIO
 
 __all__ = [
@@ -22,7 +30,9 @@ __all__ = [
     "atomic_write_bytes",
     "atomic_write_text",
     "make_dir",
+    "remove_stale_staging",
     "remove_stale_temporaries",
+    "staged_dir",
 ]
 
 
@@ -141,3 +151,127 @@ def make_dir(path: str | os.PathLike) -> None:
         os.makedirs(path, exist_ok=True)
     except OSError as e:
         raise type(e)(f"cannot create directory {path!r}: {e.strerror}") from None
+
+
+# --------------------------------------------------------------------------- whole directories
+
+# a staged directory's temporaries, siblings of it: ``.<name>.new-<pid>-XXXXXXXX.tmp`` (being
+# written) and ``.<name>.old-<pid>-XXXXXXXX.tmp`` (the directory it replaces, moved aside)
+_STAGED = re.compile(r"\.(?P<name>.+)\.(?P<kind>new|old)-(?P<pid>\d+)-[^.]+\.tmp")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # somebody else's process: alive
+        return True
+    return True
+
+
+def remove_stale_staging(path: str | os.PathLike) -> list[str]:
+    """Clean up after a :func:`staged_dir` of ``path`` whose process was killed.
+
+    Only siblings named as :func:`staged_dir` names its temporaries, by a process that
+    no longer runs, are touched: a staged directory is removed; a directory moved aside
+    is put back if ``path`` is missing (killed between the two renames of a replace:
+    the old directory is the one that was complete), else removed.
+
+    Returns
+    -------
+    list of str
+        The temporaries removed or put back.
+    """
+    path = os.path.abspath(os.fspath(path))
+    parent, name = os.path.split(path)
+    done: list[str] = []
+    if not os.path.isdir(parent):
+        return done
+    for entry in sorted(os.listdir(parent)):  # "new" before "old"
+        m = _STAGED.fullmatch(entry)
+        if m is None or m["name"] != name or _alive(int(m["pid"])):
+            continue
+        tmp = os.path.join(parent, entry)
+        if m["kind"] == "old" and not os.path.lexists(path):
+            os.replace(tmp, path)
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+        done.append(tmp)
+    if done:
+        _fsync_dir(parent)
+    return done
+
+
+def _fsync_tree(directory: str) -> None:
+    """fsync every file under ``directory``, then each directory, deepest first."""
+    for root, _, files in os.walk(directory, topdown=False):
+        for f in files:
+            fd = os.open(os.path.join(root, f), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        _fsync_dir(root)
+
+
+@contextlib.contextmanager
+def staged_dir(path: str | os.PathLike, *, replace: bool = False) -> Iterator[str]:
+    """Write the directory ``path`` as a whole: readers see the old one or the new one.
+
+    Yields an empty temporary directory beside ``path``; fill it. When the block ends
+    normally, everything in it is fsynced and it is renamed to ``path`` in one step
+    (an existing empty ``path`` is replaced the same way). With ``replace``, an existing
+    ``path`` is first renamed aside, and removed once the new one is in place; a kill
+    between those two renames leaves the complete old directory aside, which the next
+    :func:`staged_dir` of ``path`` (through :func:`remove_stale_staging`) puts back.
+    If the block raises, the temporary is removed and ``path`` is as it was.
+    Temporaries that a killed process left are cleaned up first.
+
+    Raises
+    ------
+    FileExistsError
+        ``path`` is a directory that is not empty, and ``replace`` is false.
+    NotADirectoryError
+        ``path`` is a file.
+    """
+    path = os.path.abspath(os.fspath(path))
+    parent, name = os.path.split(path)
+    if os.path.lexists(path) and not os.path.isdir(path):
+        raise NotADirectoryError(f"{path!r} is a file; expected a directory (or a new name)")
+    make_dir(parent)
+    remove_stale_staging(path)
+    occupied = os.path.isdir(path) and bool(os.listdir(path))
+    if occupied and not replace:
+        raise FileExistsError(f"{path!r} is not empty; refusing to replace it")
+    prefix = f".{name}.new-{os.getpid()}-"
+    try:
+        stage = tempfile.mkdtemp(prefix=prefix, suffix=".tmp", dir=parent)
+    except OSError as e:
+        raise type(e)(f"cannot write {path!r} in {parent!r}: {e.strerror}") from None
+    aside = None
+    try:
+        os.chmod(stage, 0o777 & ~_umask())  # mkdtemp makes 0700; give the usual mode
+        yield stage
+        _fsync_tree(stage)  # every byte on disk before the rename makes it visible
+        if occupied:
+            aside = tempfile.mkdtemp(prefix=f".{name}.old-{os.getpid()}-", suffix=".tmp",
+                                     dir=parent)  # fmt: skip
+            os.replace(path, aside)  # a directory onto an empty one: allowed
+        os.replace(stage, path)
+        _fsync_dir(parent)
+    except BaseException:
+        if aside is not None and not os.path.lexists(path):
+            os.replace(aside, path)  # the new one never arrived: the old one back
+        for tmp in (stage, aside):  # what is still a temporary (stage may be path by now)
+            if tmp is not None and os.path.lexists(tmp):
+                shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if aside is not None:
+        shutil.rmtree(aside)  # the old one, once the new one is durable in its place
+
+
+def _umask() -> int:
+    umask = os.umask(0)  # read the umask: it can only be read by setting it
+    os.umask(umask)
+    return umask

@@ -13,7 +13,9 @@ head, so loading it is renaming tensors. Conventions checked against
 - attention scores are scaled by 1 / sqrt(D) (``scale_attn_weights``); the
   per-layer scaling ``scale_attn_by_inverse_layer_idx`` is refused;
 - ``activation_function`` ``gelu_new`` (and ``gelu_pytorch_tanh``, the same
-  function) is resgrad's tanh GELU; anything else is refused by name;
+  function) is resgrad's tanh GELU, ``activation="gelu-tanh"``; ``gelu`` (and
+  ``gelu_python``) is the exact erf GELU, ``activation="gelu-erf"``; anything else is
+  refused by name. ``export`` writes ``gelu_new`` or ``gelu``;
 - LayerNorm's epsilon is ``layer_norm_epsilon`` (resgrad's ``GPTConfig.ln_eps``);
 - ``lm_head.weight`` is tied to ``wte``: not stored by ``save_pretrained``; where a
   file holds it (nanoGPT, some hub copies) it must equal ``wte``;
@@ -29,14 +31,15 @@ with that prefix; "T" marks nanoGPT's (out, in) weights, transposed on the way i
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 
-from resgrad.formats.atomic import atomic_write_bytes, atomic_write_text, make_dir
+from resgrad.formats.atomic import remove_stale_staging, staged_dir
 from resgrad.nn.model import GPT, GPTConfig
 
 __all__ = [
@@ -47,6 +50,7 @@ __all__ = [
     "is_hub_name",
     "load_hf",
     "nanogpt_state_to_params",
+    "read_hf_config",
     "read_hf_tensors",
     "resolve_pretrained",
 ]
@@ -72,7 +76,15 @@ HF_NAMES: dict[str, tuple[str, bool]] = {
 }
 HEAD = "lm_head.weight"  # (V, C), tied to wte: dropped on the way in, never written
 _BUFFER = re.compile(r"h\.\d+\.attn\.(bias|masked_bias)$")  # causal-mask buffers, not weights
-_ACTIVATIONS = ("gelu_new", "gelu_pytorch_tanh")  # GPT-2's tanh GELU, resgrad's gelu
+# transformers' activation_function -> resgrad's GPTConfig.activation, and back for export
+_ACTIVATIONS = {
+    "gelu_new": "gelu-tanh",  # GPT-2's tanh form
+    "gelu_pytorch_tanh": "gelu-tanh",  # the same function, PyTorch's kernel
+    "gelu": "gelu-erf",  # the exact form, torch.nn.functional.gelu: nanoGPT's
+    "gelu_python": "gelu-erf",  # the same function, written with torch.erf
+}
+_HF_ACTIVATION = {"gelu-tanh": "gelu_new", "gelu-erf": "gelu"}  # what export writes
+MAX_PARAMS = 2**40  # 1.1e12 parameters, 4 TiB in float32: a config beyond it is a typo
 HUB_MODELS = ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl")  # openai-community/<name>
 CONFIG, WEIGHTS, INDEX = "config.json", "model.safetensors", "model.safetensors.index.json"
 TOKENIZER_CONFIG = {"tokenizer_class": "PreTrainedTokenizerFast"}  # run tokenizer.json as it is
@@ -96,13 +108,42 @@ def _names(n_layer: int) -> dict[str, tuple[str, bool]]:
 # --------------------------------------------------------------------------- config
 
 
-def _get(cfg: Mapping[str, Any], where: str, *keys: str, default: Any = None) -> Any:
-    for k in keys:
-        if k in cfg and cfg[k] is not None:
-            return cfg[k]
-    if default is not None:
-        return default
-    raise ValueError(f"{where}: config.json has no {keys[0]!r}")
+def _json(value: Any) -> str:
+    """``value`` as config.json spells it (null, true, "8"), for messages."""
+    try:
+        return json.dumps(value)
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+def _get(cfg: Mapping[str, Any], where: str, *keys: str) -> int:
+    """The size under the first of ``keys`` the config has (aliases: n_positions, n_ctx, ...):
+    an integer >= 1; an integral float (``12.0``) reads as the integer."""
+    k = next((k for k in keys if k in cfg), None)
+    if k is None:
+        raise ValueError(f"{where}: config.json has no {keys[0]!r}")
+    v = cfg[k]
+    if isinstance(v, float) and v.is_integer():
+        v = int(v)
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise ValueError(f"{where}: {k} is {_json(cfg[k])}; expected an integer >= 1")
+    return v
+
+
+def _eps(cfg: Mapping[str, Any], where: str) -> float:
+    """``layer_norm_epsilon`` (GPT-2's 1e-5 when absent): a positive finite number."""
+    v = cfg.get("layer_norm_epsilon", 1e-5)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < math.inf:
+        raise ValueError(
+            f"{where}: layer_norm_epsilon is {_json(v)}; expected a positive finite number"
+        )
+    return float(v)
+
+
+def _n_params(cfg: GPTConfig) -> int:
+    """Parameters a Hugging Face GPT-2 of this shape stores (biases included, head tied)."""
+    V, T, L, C = cfg.vocab_size, cfg.block_size, cfg.n_layer, cfg.n_embd
+    return V * C + T * C + L * (12 * C * C + 13 * C) + 2 * C
 
 
 def gpt_config_from_hf(cfg: Mapping[str, Any], where: str = "config.json") -> GPTConfig:
@@ -115,36 +156,49 @@ def gpt_config_from_hf(cfg: Mapping[str, Any], where: str = "config.json") -> GP
     """
     mt = cfg.get("model_type")
     if mt != "gpt2":
-        raise ValueError(f"{where}: model_type is {mt!r}; resgrad loads only 'gpt2' models")
+        raise ValueError(f"{where}: model_type is {_json(mt)}; resgrad loads only 'gpt2' models")
     act = cfg.get("activation_function", "gelu_new")
-    if act not in _ACTIVATIONS:
+    if not isinstance(act, str) or act not in _ACTIVATIONS:
         raise ValueError(
             f"{where}: activation_function {act!r} is not implemented in resgrad; "
-            f"expected one of {', '.join(_ACTIVATIONS)} (GPT-2's tanh GELU)"
+            f"expected one of {', '.join(_ACTIVATIONS)} (GELU, tanh or exact form)"
         )
     C = _get(cfg, where, "n_embd", "hidden_size")
     checks = [
         ("n_inner", cfg.get("n_inner") in (None, 4 * C), f"None or 4 * n_embd = {4 * C}"),
         ("scale_attn_weights", cfg.get("scale_attn_weights", True) is True, "true"),
-        ("scale_attn_by_inverse_layer_idx", not cfg.get("scale_attn_by_inverse_layer_idx"),
-         "false"),
-        ("add_cross_attention", not cfg.get("add_cross_attention"), "false"),
+        ("scale_attn_by_inverse_layer_idx",
+         cfg.get("scale_attn_by_inverse_layer_idx") in (None, False), "false"),
+        ("add_cross_attention", cfg.get("add_cross_attention") in (None, False), "false"),
         ("tie_word_embeddings", cfg.get("tie_word_embeddings", True) is True, "true"),
     ]  # fmt: skip
     for key, ok, want in checks:
         if not ok:
-            raise ValueError(f"{where}: {key} is {cfg.get(key)!r}; resgrad's GPT-2 needs {want}")
+            raise ValueError(
+                f"{where}: {key} is {_json(cfg.get(key))}; resgrad's GPT-2 needs {want}"
+            )
+    sizes = dict(  # each field checked, its message naming the file once
+        vocab_size=_get(cfg, where, "vocab_size"),
+        block_size=_get(cfg, where, "n_positions", "n_ctx", "max_position_embeddings"),
+        n_layer=_get(cfg, where, "n_layer", "num_hidden_layers"),
+        n_head=_get(cfg, where, "n_head", "num_attention_heads"),
+        ln_eps=_eps(cfg, where),
+    )
     try:
-        return GPTConfig(
-            vocab_size=_get(cfg, where, "vocab_size"),
-            block_size=_get(cfg, where, "n_positions", "n_ctx", "max_position_embeddings"),
-            n_layer=_get(cfg, where, "n_layer", "num_hidden_layers"),
-            n_head=_get(cfg, where, "n_head", "num_attention_heads"),
+        out = GPTConfig(
+            **sizes,
             n_embd=C,
-            ln_eps=float(cfg.get("layer_norm_epsilon", 1e-5)),
+            activation=_ACTIVATIONS[act],
         )
     except ValueError as e:
         raise ValueError(f"{where}: {e}") from None
+    if _n_params(out) > MAX_PARAMS:  # refused from the numbers alone, before any allocation
+        raise ValueError(
+            f"{where}: these sizes make about {_n_params(out):.1e} parameters (vocab_size "
+            f"{out.vocab_size}, n_positions {out.block_size}, n_layer {out.n_layer}, n_embd "
+            f"{out.n_embd}), more than resgrad loads ({MAX_PARAMS:.1e})"
+        )
+    return out
 
 
 def hf_config(cfg: GPTConfig) -> dict[str, Any]:
@@ -158,7 +212,7 @@ def hf_config(cfg: GPTConfig) -> dict[str, Any]:
         "n_layer": cfg.n_layer,
         "n_head": cfg.n_head,
         "n_inner": None,
-        "activation_function": "gelu_new",
+        "activation_function": _HF_ACTIVATION[cfg.activation],
         "layer_norm_epsilon": cfg.ln_eps,
         "resid_pdrop": cfg.dropout,
         "embd_pdrop": cfg.dropout,
@@ -184,6 +238,12 @@ def _open_error(path: str, e: Exception) -> ValueError:
 # safetensors dtype -> NumPy's, little-endian (the format's byte order); BF16 is apart
 _ST_DTYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "I64": "<i8", "I32": "<i4",
               "I16": "<i2", "I8": "i1", "U8": "u1", "BOOL": "?"}  # fmt: skip
+_FLOATS = ("F16", "BF16", "F32", "F64")  # what weights may be: an int8 cast is all zeros
+
+
+def _is_buffer(name: str) -> bool:
+    """The causal-mask buffers old files keep (bool or float), which are not weights."""
+    return bool(_BUFFER.fullmatch(name.removeprefix("_orig_mod.").removeprefix("transformer.")))
 
 
 def _bf16_to_float32(raw: bytes) -> np.ndarray:
@@ -191,17 +251,39 @@ def _bf16_to_float32(raw: bytes) -> np.ndarray:
     return (np.frombuffer(raw, dtype="<u2").astype(np.uint32) << 16).view(np.float32)
 
 
-def _read_safetensors(path: str) -> dict[str, np.ndarray]:
-    """Every tensor of one file. bfloat16 ones (Hugging Face's half-precision checkpoints),
-    which NumPy has no type for, are read as float32, exactly; another type NumPy lacks
-    (float8, ...) is a one-line error naming it."""
-    from safetensors import SafetensorError, deserialize, safe_open
-    from safetensors.numpy import load_file
+def _read_header(path: str) -> dict[str, tuple[str, int]]:
+    """Name -> (safetensors dtype, number of values) of every tensor of one file, from its
+    header alone (no data is read), each weight's dtype checked: a float type resgrad
+    reads. Integer or boolean weights (an int8 file, cast, would be an all-zero model)
+    are refused by name, as is a type NumPy lacks (float8, ...); bfloat16 is read."""
+    from safetensors import SafetensorError, safe_open
 
     try:
         with safe_open(path, framework="numpy") as f:
-            dtypes = {f.get_slice(k).get_dtype() for k in f.keys()}
-        if dtypes <= _ST_DTYPES.keys():  # all NumPy types: safetensors reads them itself
+            kinds = {k: (f.get_slice(k).get_dtype(), math.prod(f.get_slice(k).get_shape()))
+                     for k in f.keys()}  # fmt: skip
+    except (SafetensorError, OSError, ValueError, TypeError) as e:
+        raise _open_error(path, e) from None
+    for name, (st, _) in kinds.items():
+        if st in _ST_DTYPES and st not in _FLOATS and not _is_buffer(name):
+            raise ValueError(f"{path!r}: tensor {name!r} has dtype {st}; expected floating-point "
+                             f"weights ({', '.join(_FLOATS)})")  # fmt: skip
+        if st not in _ST_DTYPES and st != "BF16":
+            raise ValueError(f"{path!r}: tensor {name!r} has dtype {st}, which resgrad does not "
+                             f"read (it reads BF16, {', '.join(_ST_DTYPES)})")  # fmt: skip
+    return kinds
+
+
+def _read_safetensors(path: str) -> dict[str, np.ndarray]:
+    """Every tensor of one file, its header checked first (:func:`_read_header`). bfloat16
+    ones (Hugging Face's half-precision checkpoints), which NumPy has no type for, are
+    read as float32, exactly."""
+    from safetensors import SafetensorError, deserialize
+    from safetensors.numpy import load_file
+
+    kinds = {k: st for k, (st, _) in _read_header(path).items()}
+    try:
+        if set(kinds.values()) <= _ST_DTYPES.keys():  # NumPy types: safetensors reads them
             return load_file(path)
         with open(path, "rb") as f:
             tensors = deserialize(f.read())  # [(name, {"dtype", "shape", "data": bytes})]
@@ -211,13 +293,80 @@ def _read_safetensors(path: str) -> dict[str, np.ndarray]:
     for name, t in tensors:
         if t["dtype"] == "BF16":
             a = _bf16_to_float32(t["data"])
-        elif t["dtype"] in _ST_DTYPES:
+        else:  # a NumPy type: _read_header refused the others
             a = np.frombuffer(t["data"], dtype=_ST_DTYPES[t["dtype"]])
-        else:
-            raise ValueError(f"{path!r}: tensor {name!r} has dtype {t['dtype']}, which resgrad "
-                             f"does not read (it reads BF16, {', '.join(_ST_DTYPES)})")  # fmt: skip
         out[name] = a.reshape(t["shape"])
     return out
+
+
+def _json_kind(value: Any) -> str:
+    kinds = {dict: "object", list: "array", str: "string", bool: "boolean", type(None): "null"}
+    return kinds.get(type(value), "number")
+
+
+def _read_index(d: str) -> dict[str, list[str]]:
+    """Shard file -> the tensor names ``model.safetensors.index.json`` maps to it, checked:
+    an object whose ``weight_map`` maps each name to a file name in the directory."""
+    index = os.path.join(d, INDEX)
+    try:
+        with open(index, encoding="utf-8") as f:
+            doc = json.load(f)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ValueError(f"{index!r} is not valid JSON: {e}") from None
+    want = "expected an object of tensor name -> shard file"
+    if not isinstance(doc, dict):
+        raise ValueError(f"{index!r} is a JSON {_json_kind(doc)}; expected an object with a "
+                         "'weight_map'")  # fmt: skip
+    if "weight_map" not in doc:
+        raise ValueError(f"{index!r} has no 'weight_map'; {want}")
+    wm = doc["weight_map"]
+    if not isinstance(wm, dict):
+        raise ValueError(f"{index!r}: weight_map is a JSON {_json_kind(wm)}; {want}")
+    if not wm:
+        raise ValueError(f"{index!r}: weight_map is empty; {want}")
+    shards: dict[str, list[str]] = {}
+    for name, shard in wm.items():
+        plain = isinstance(shard, str) and shard not in ("", ".", "..")
+        if not plain or os.path.basename(shard) != shard:  # a file here, not a path elsewhere
+            raise ValueError(f"{index!r}: weight_map[{name!r}] is {_json(shard)}; expected a "
+                             f"shard file name in {d!r}")  # fmt: skip
+        shards.setdefault(shard, []).append(name)
+    return shards
+
+
+def _header_values(path: str) -> int:
+    """How many weight values one safetensors file holds, from its header alone."""
+    return sum(n for k, (_, n) in _read_header(path).items() if not _is_buffer(k))
+
+
+def _weights_held(d: str) -> tuple[str, int] | None:
+    """What holds the weights (for messages) and how many values, from the headers alone;
+    None where there are no safetensors weights (read_hf_tensors says so)."""
+    if os.path.exists(os.path.join(d, WEIGHTS)):
+        return repr(WEIGHTS), _header_values(os.path.join(d, WEIGHTS))
+    if os.path.exists(os.path.join(d, INDEX)):
+        shards = _read_index(d)
+        held = sum(_header_values(os.path.join(d, s)) for s in shards)
+        return f"the {len(shards)} shard(s) of {INDEX!r}", held
+    return None
+
+
+def _least_params(cfg: GPTConfig) -> int:
+    """Values any GPT-2 state dict of this shape holds, whatever its biases: wte, wpe and
+    the blocks' four matrices."""
+    V, T, L, C = cfg.vocab_size, cfg.block_size, cfg.n_layer, cfg.n_embd
+    return V * C + T * C + L * 12 * C * C
+
+
+def _refuse_larger(cfg: GPTConfig, held: int, where: str, what: str) -> None:
+    """Refuse a config whose model is larger than the weights at hand (n_layer 10^8 in a
+    small model's config), from the numbers alone: before anything of its size is built."""
+    if held < _least_params(cfg):
+        raise ValueError(
+            f"{where}: n_layer {cfg.n_layer}, n_embd {cfg.n_embd}, vocab_size {cfg.vocab_size} "
+            f"and {cfg.block_size} positions make at least {_least_params(cfg):,} parameters, "
+            f"but {what} holds {held:,} values"
+        )
 
 
 def read_hf_tensors(path: str | os.PathLike) -> dict[str, np.ndarray]:
@@ -234,14 +383,14 @@ def read_hf_tensors(path: str | os.PathLike) -> dict[str, np.ndarray]:
     if os.path.exists(single):
         return _read_safetensors(single)
     if os.path.exists(index):
-        with open(index, encoding="utf-8") as f:
-            try:
-                shards = sorted(set(json.load(f)["weight_map"].values()))
-            except (ValueError, KeyError, AttributeError) as e:
-                raise ValueError(f"{index!r} is not a safetensors index: {e}") from None
         out: dict[str, np.ndarray] = {}
-        for s in shards:
-            out.update(_read_safetensors(os.path.join(d, s)))
+        for shard, names in _read_index(d).items():
+            tensors = _read_safetensors(os.path.join(d, shard))
+            stray = sorted(tensors.keys() - set(names))
+            if stray:
+                raise ValueError(f"{os.path.join(d, shard)!r} holds tensor {stray[0]!r}, which "
+                                 f"the index does not map to it")  # fmt: skip
+            out.update(tensors)
         return out
     if any(os.path.exists(os.path.join(d, b)) for b in ("pytorch_model.bin", "tf_model.h5")):
         raise ValueError(
@@ -286,6 +435,7 @@ def gpt_from_state(
             continue  # the causal mask, a buffer
         state[k] = np.asarray(v)
     head = state.pop(HEAD, None)
+    _refuse_larger(cfg, sum(np.size(a) for a in state.values()), where, "the state dict")
     shapes = GPT.param_shapes(cfg)
     names = {ours: spec for ours, spec in _names(cfg.n_layer).items() if ours in shapes}
     theirs_to_ours = {theirs: ours for ours, (theirs, _) in names.items()}
@@ -306,7 +456,13 @@ def gpt_from_state(
             want = shapes[ours][::-1] if nanogpt and transposed else shapes[ours]
             got = state[theirs].shape
             raise ValueError(f"{where}: tensor {theirs!r} has shape {got}; expected {want}")
-        params[ours] = np.ascontiguousarray(a, dtype=dtype)
+        with np.errstate(over="ignore"):  # beyond float32's range: inf, refused below
+            params[ours] = np.ascontiguousarray(a, dtype=dtype)
+        if not np.isfinite(params[ours]).all():  # NaN weights sample garbage, train NaN
+            n = int(np.size(params[ours]) - np.isfinite(params[ours]).sum())
+            read = f" once read as {np.dtype(dtype)}" if np.isfinite(a).all() else ""
+            raise ValueError(f"{where}: tensor {theirs!r} holds {n} non-finite value(s) (NaN or "
+                             f"inf{read}); expected finite weights")  # fmt: skip
     model = GPT.from_params(cfg, params)  # no random init: GPT-2 124M loads in a second
     if head is not None and not np.array_equal(np.asarray(head), state["wte.weight"]):
         raise ValueError(
@@ -324,7 +480,8 @@ def nanogpt_state_to_params(
     """A resgrad GPT from nanoGPT's ``model_args`` and its state dict (as NumPy arrays).
 
     ``model_args`` holds n_layer, n_head, n_embd, block_size, vocab_size, bias and
-    dropout, as nanoGPT's ``train.py`` saves them. nanoGPT's LayerNorm eps is 1e-5.
+    dropout, as nanoGPT's ``train.py`` saves them. nanoGPT's LayerNorm eps is 1e-5 and its
+    MLP's activation is ``nn.GELU()``, the exact erf form: ``activation="gelu-erf"``.
     """
     try:
         cfg = GPTConfig(
@@ -334,6 +491,8 @@ def nanogpt_state_to_params(
             n_head=int(model_args["n_head"]),
             n_embd=int(model_args["n_embd"]),
             bias=bool(model_args.get("bias", True)),
+            ln_eps=1e-5,  # nanoGPT's LayerNorm: F.layer_norm(..., 1e-5)
+            activation="gelu-erf",  # nanoGPT's MLP: nn.GELU(), the exact form
         )
     except KeyError as e:
         raise ValueError(f"{where}: model_args has no {e.args[0]!r}") from None
@@ -361,7 +520,32 @@ def _read_config(d: str) -> dict[str, Any]:
     return cfg
 
 
-def load_hf(path: str | os.PathLike, dtype: Any = np.float32) -> GPT:
+def read_hf_config(path: str | os.PathLike) -> GPTConfig:
+    """The shape of a Hugging Face GPT-2 directory's model, allocating nothing.
+
+    ``config.json`` is read and checked field by field, then held against the number of
+    values the safetensors headers declare, so that a config describing far more than its
+    files hold is refused before anything is built.
+
+    Raises
+    ------
+    ValueError
+        As :func:`gpt_config_from_hf`, naming the file, or a config larger than its weights.
+    """
+    d = os.fspath(path)
+    where = os.path.join(d, CONFIG)
+    cfg = gpt_config_from_hf(_read_config(d), where=where)
+    weights = _weights_held(d)  # None: read_hf_tensors says what is missing
+    if weights is not None:
+        _refuse_larger(cfg, weights[1], where, weights[0])
+    return cfg
+
+
+def load_hf(
+    path: str | os.PathLike,
+    dtype: Any = np.float32,
+    fits: Callable[[GPTConfig], None] | None = None,
+) -> GPT:
     """Load a Hugging Face GPT-2 directory (``config.json`` + ``model.safetensors``).
 
     Parameters
@@ -369,6 +553,9 @@ def load_hf(path: str | os.PathLike, dtype: Any = np.float32) -> GPT:
     path : str or PathLike
         A directory as ``save_pretrained`` writes it (or a hub snapshot).
     dtype : np.float32 or np.float64
+    fits : callable, optional
+        Called with the model's shape (:func:`read_hf_config`) before any weight is read;
+        it raises to refuse a model, as the CLI's memory check does.
 
     Returns
     -------
@@ -379,16 +566,55 @@ def load_hf(path: str | os.PathLike, dtype: Any = np.float32) -> GPT:
     ------
     ValueError
         Every bad input, in one line: no config.json, a model_type other than gpt2, an
-        unimplemented setting, no safetensors file, a truncated file, missing or extra
-        tensors, a wrong shape.
+        unimplemented setting, a config larger than its weights, no safetensors file, a bad
+        index, a truncated file, missing or extra tensors, a wrong shape, weights of an
+        integer type, a NaN or inf.
     """
     d = os.fspath(path)
-    cfg = gpt_config_from_hf(_read_config(d), where=os.path.join(d, CONFIG))
+    cfg = read_hf_config(d)
+    if fits is not None:
+        fits(cfg)
     tensors = read_hf_tensors(d)
     return gpt_from_state(cfg, tensors, dtype=dtype, where=d)
 
 
-def export_hf(model: GPT, out_dir: str | os.PathLike, tokenizer_json: str | None = None) -> None:
+# what a model directory holds (resgrad's export, save_pretrained, a hub snapshot): the
+# files `export --force` may replace; anything else in the directory stops it
+_MODEL_FILES = re.compile(
+    r"config\.json|model\.safetensors|model\.safetensors\.index\.json|model-.*\.safetensors"
+    r"|tokenizer\.json|tokenizer_config\.json|vocab\.json|merges\.txt"
+    r"|special_tokens_map\.json|generation_config\.json"
+)
+
+
+def _check_export_dir(d: str, force: bool) -> bool:
+    """Whether ``d`` holds something export would replace; refused unless ``force``, and
+    always when it holds a file that is not a model's (export replaces the directory)."""
+    remove_stale_staging(d)  # a killed export's temporaries (its old model put back)
+    if not os.path.isdir(d) or not os.listdir(d):
+        return False
+    entries = sorted(os.listdir(d))
+    model = [e for e in entries if _MODEL_FILES.fullmatch(e) and os.path.isfile(os.path.join(d, e))]
+    other = [e for e in entries if e not in model]
+    if other:
+        raise ValueError(
+            f"{d!r} holds {other[0]!r}, which is not part of a model; export writes the "
+            "directory as a whole: choose a new or empty directory"
+        )
+    if not force:
+        raise ValueError(
+            f"{d!r} already holds a model ({', '.join(entries[:3])}); pass --force "
+            "(force=True) to replace it, or choose another directory"
+        )
+    return True
+
+
+def export_hf(
+    model: GPT,
+    out_dir: str | os.PathLike,
+    tokenizer_json: str | None = None,
+    force: bool = False,
+) -> None:
     """Write ``model`` as a Hugging Face GPT-2 directory that ``GPT2LMHeadModel`` loads.
 
     Writes ``config.json`` and ``model.safetensors`` (the model's dtype, names as
@@ -398,12 +624,17 @@ def export_hf(model: GPT, out_dir: str | os.PathLike, tokenizer_json: str | None
     that file as it is, where GPT-2's tokenizer class would put its own byte-level steps
     in front of it (and drop the spaces of a character vocabulary). A model without biases
     (``bias=False``) is written with zero biases, which computes the same function.
-    Each file is written atomically; ``out_dir`` is created if missing.
+
+    The directory is written as a whole (:func:`resgrad.formats.atomic.staged_dir`): the
+    files go to a temporary sibling, are fsynced, and one rename makes it ``out_dir``, so
+    a kill at any moment leaves the old model or the new one, never new weights beside an
+    old config; a killed export's temporaries are removed by the next export.
 
     Raises
     ------
     ValueError
-        A scheme other than pre-ln: GPT-2's config cannot express it.
+        A scheme other than pre-ln: GPT-2's config cannot express it; an ``out_dir`` that
+        already holds a model, unless ``force``; one holding files that are not a model's.
     """
     from safetensors.numpy import save
 
@@ -422,13 +653,19 @@ def export_hf(model: GPT, out_dir: str | os.PathLike, tokenizer_json: str | None
             n = {"b_qkv": 3 * C, "b_fc": 4 * C}.get(ours.rsplit(".", 1)[-1], C)
             a = np.zeros(n, model.dtype)  # (n,)
         tensors[f"transformer.{theirs}"] = np.ascontiguousarray(a)
-    d = os.fspath(out_dir)
-    make_dir(d)
-    atomic_write_bytes(os.path.join(d, WEIGHTS), save(tensors, metadata={"format": "pt"}))
-    atomic_write_text(os.path.join(d, CONFIG), json.dumps(hf_config(cfg), indent=2) + "\n")
+    files = {
+        WEIGHTS: save(tensors, metadata={"format": "pt"}),
+        CONFIG: (json.dumps(hf_config(cfg), indent=2) + "\n").encode(),
+    }
     if tokenizer_json is not None:
-        atomic_write_text(os.path.join(d, "tokenizer.json"), tokenizer_json)
-        atomic_write_text(os.path.join(d, "tokenizer_config.json"), json.dumps(TOKENIZER_CONFIG))
+        files["tokenizer.json"] = tokenizer_json.encode()
+        files["tokenizer_config.json"] = json.dumps(TOKENIZER_CONFIG).encode()
+    d = os.fspath(out_dir)
+    replace = _check_export_dir(d, force)
+    with staged_dir(d, replace=replace) as stage:  # fsynced, then one rename
+        for name, data in files.items():
+            with open(os.path.join(stage, name), "wb") as f:
+                f.write(data)
 
 
 # --------------------------------------------------------------------------- hub names

@@ -1,4 +1,4 @@
-"""nanoGPT's ``ckpt.pt`` in: the one place the library may import torch.
+"""nanoGPT's ``ckpt.pt`` and ``meta.pkl`` in: the one place the library may import torch.
 
 A ``.pt`` file is a pickle, and unpickling can run any code the file names. It is
 read with ``torch.load(..., weights_only=True)``, PyTorch's restricted unpickler:
@@ -6,30 +6,44 @@ tensors, plain containers and numbers only; a file that needs anything else is
 refused with a clear error and nothing in it runs (tests/formats/test_nanogpt.py
 feeds one whose pickle would call ``os.system``). PyTorch comes with the optional
 extra ``pip install "resgrad[torch]"`` and is imported only inside
-:func:`load_nanogpt_ckpt`.
+:func:`read_nanogpt_ckpt`.
 
 What nanoGPT's ``train.py`` saves: ``{"model": state_dict, "optimizer": ...,
 "model_args": {n_layer, n_head, n_embd, block_size, bias, vocab_size, dropout},
 "iter_num", "best_val_loss", "config"}``; the state dict's names and layouts are
 mapped by :data:`resgrad.formats.hf.HF_NAMES` (keys of a ``torch.compile``-d model
-carry ``_orig_mod.``; nn.Linear weights are (out, in) and are transposed).
+carry ``_orig_mod.``; nn.Linear weights are (out, in) and are transposed). Its MLP's
+``nn.GELU()`` is the exact erf form: the model loads with ``activation="gelu-erf"``.
+
+A character-level dataset's vocabulary is ``data/<dataset>/meta.pkl``, a plain pickle
+of ``{"vocab_size", "itos", "stoi"}``: :func:`read_meta_pkl` reads it with an unpickler
+that refuses every global by name (nothing in the file runs) and keeps only dicts, lists,
+strings and ints; :func:`meta_vocabulary` checks it and returns its characters.
 """
 
 from __future__ import annotations
 
+import io
 import os
-from typing import Any
+import pickle
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from resgrad.formats.hf import nanogpt_state_to_params
 from resgrad.nn.model import GPT
 
-__all__ = ["load_nanogpt_ckpt"]
+__all__ = ["NanoGPTCheckpoint", "load_nanogpt_ckpt", "meta_vocabulary", "read_meta_pkl",
+           "read_nanogpt_ckpt"]  # fmt: skip
 
 
-def load_nanogpt_ckpt(path: str | os.PathLike, dtype: Any = np.float32) -> GPT:
-    """Load a nanoGPT ``ckpt.pt`` into a resgrad GPT, never executing code from the file.
+class NanoGPTCheckpoint(NamedTuple):
+    model: GPT  # the weights, as a resgrad GPT (activation "gelu-erf", nanoGPT's nn.GELU())
+    config: dict[str, Any]  # train.py's settings (``dataset``, ...); {} in older files
+
+
+def read_nanogpt_ckpt(path: str | os.PathLike, dtype: Any = np.float32) -> NanoGPTCheckpoint:
+    """Read a nanoGPT ``ckpt.pt``: the model, and the training settings saved with it.
 
     Parameters
     ----------
@@ -40,8 +54,8 @@ def load_nanogpt_ckpt(path: str | os.PathLike, dtype: Any = np.float32) -> GPT:
     ------
     ValueError
         PyTorch missing (install ``resgrad[torch]``), a pickle that needs more than
-        tensors and plain containers, a file that is not nanoGPT's, or weights that do
-        not fit ``model_args``.
+        tensors and plain containers, a file that is not nanoGPT's (a field of the wrong
+        kind named), or weights that do not fit ``model_args``.
     """
     name = os.fspath(path)
     try:
@@ -61,10 +75,23 @@ def load_nanogpt_ckpt(path: str | os.PathLike, dtype: Any = np.float32) -> GPT:
             f"containers (loaded with weights_only=True, nothing in it was run): {why}"
         ) from None
     if not isinstance(ckpt, dict) or "model" not in ckpt or "model_args" not in ckpt:
-        keys = sorted(ckpt)[:5] if isinstance(ckpt, dict) else type(ckpt).__name__
+        keys = sorted(map(str, ckpt))[:5] if isinstance(ckpt, dict) else type(ckpt).__name__
         raise ValueError(
             f"{name!r} is not a nanoGPT checkpoint: expected keys 'model' and 'model_args', "
             f"got {keys}"
+        )
+    for field in ("model", "model_args"):  # train.py saves a state dict and a dict of sizes
+        if not isinstance(ckpt[field], dict):
+            raise ValueError(
+                f"{name!r}: field {field!r} is a {type(ckpt[field]).__name__}; expected a dict "
+                f"({'the state dict' if field == 'model' else 'n_layer, n_head, ...'}) as "
+                "nanoGPT's train.py saves it"
+            )
+    config = ckpt.get("config", {})
+    if not isinstance(config, dict):
+        raise ValueError(
+            f"{name!r}: field 'config' is a {type(config).__name__}; expected a dict of "
+            "train.py's settings"
         )
     want = torch.float64 if np.dtype(dtype) == np.float64 else torch.float32
     state = {}
@@ -72,4 +99,118 @@ def load_nanogpt_ckpt(path: str | os.PathLike, dtype: Any = np.float32) -> GPT:
         if not isinstance(v, torch.Tensor):
             raise ValueError(f"{name!r}: state dict entry {k!r} is not a tensor")
         state[k] = v.detach().to("cpu", want).numpy()
-    return nanogpt_state_to_params(ckpt["model_args"], state, dtype=dtype, where=name)
+    model = nanogpt_state_to_params(ckpt["model_args"], state, dtype=dtype, where=name)
+    return NanoGPTCheckpoint(model, config)
+
+
+def load_nanogpt_ckpt(path: str | os.PathLike, dtype: Any = np.float32) -> GPT:
+    """Load a nanoGPT ``ckpt.pt`` into a resgrad GPT, never executing code from the file.
+
+    As :func:`read_nanogpt_ckpt`, the model alone.
+    """
+    return read_nanogpt_ckpt(path, dtype).model
+
+
+# --------------------------------------------------------------------------- meta.pkl
+
+
+class _Refused(pickle.UnpicklingError):
+    """What the pickle asked for and was not given."""
+
+
+class _PlainUnpickler(pickle.Unpickler):
+    """Builds plain containers only: every global (a class, a function such as os.system)
+    is refused by name before it is looked up, so nothing a pickle names is ever called."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        raise _Refused(f"it names the global {module}.{name}")
+
+    def persistent_load(self, pid: Any) -> Any:
+        raise _Refused("it refers to a persistent object")
+
+
+_PLAIN = (dict, list, str, int)  # what a meta.pkl may hold (type(x) is exact: no bool)
+
+
+def read_meta_pkl(path: str | os.PathLike) -> dict[str, Any]:
+    """nanoGPT's ``meta.pkl`` (``{"vocab_size", "itos", "stoi"}``, written by its character
+    datasets' ``prepare.py``), read without running anything in it.
+
+    The pickle is read by an unpickler that refuses every global, so only dicts, lists,
+    strings, numbers and the like can be built; the result must then hold nothing but
+    dicts, lists, strings and ints.
+
+    Raises
+    ------
+    ValueError
+        A pickle naming any global (refused by name, nothing run), a damaged pickle, or
+        one holding anything but dicts, lists, strings and ints.
+    OSError
+        If the file cannot be read.
+    """
+    name = os.fspath(path)
+    with open(name, "rb") as f:
+        raw = f.read()
+    try:
+        obj = _PlainUnpickler(io.BytesIO(raw)).load()
+    except _Refused as e:
+        raise ValueError(
+            f"refused to load {name!r}: {e}; a meta.pkl holds only dicts, lists, strings and "
+            "ints (nothing in it was run)"
+        ) from None
+    except Exception as e:  # EOFError, ValueError, ... for a damaged or foreign file
+        why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ValueError(f"{name!r} is not a readable meta.pkl (a pickle): {why}") from None
+    stack = [obj]  # walked with a stack: a deeply nested pickle cannot exhaust recursion
+    while stack:
+        x = stack.pop()
+        if type(x) not in _PLAIN:
+            raise ValueError(
+                f"refused {name!r}: it holds a {type(x).__name__}; a meta.pkl holds only dicts, "
+                "lists, strings and ints"
+            )
+        if type(x) is dict:
+            stack.extend(x.keys())
+            stack.extend(x.values())
+        elif type(x) is list:
+            stack.extend(x)
+    if type(obj) is not dict:
+        raise ValueError(f"{name!r} holds a {type(obj).__name__}; expected nanoGPT's meta dict "
+                         "with 'itos' and 'stoi'")  # fmt: skip
+    return obj
+
+
+def meta_vocabulary(meta: dict[str, Any], where: str = "meta.pkl") -> str:
+    """The characters of a :func:`read_meta_pkl` dict, token ``i`` first at ``i``: nanoGPT's
+    ``itos``, checked against ``stoi`` and ``vocab_size`` where they are present.
+
+    Raises
+    ------
+    ValueError
+        No ``itos``, ids other than 0..n-1, a token that is not one character, ``stoi``
+        not the inverse of ``itos``, or ``vocab_size`` not the number of tokens.
+    """
+    itos = meta.get("itos")
+    if type(itos) is not dict or not itos:
+        got = "no 'itos'" if itos is None else f"'itos' as a {type(itos).__name__}"
+        raise ValueError(f"{where}: {got}; expected nanoGPT's meta with 'itos' (id -> character) "
+                         "and 'stoi'")  # fmt: skip
+    n = len(itos)
+    if set(itos) != set(range(n)):
+        bad = min((k for k in itos if type(k) is not int or not 0 <= k < n), key=str)
+        raise ValueError(f"{where}: itos has the key {bad!r}; expected the ids 0..{n - 1}")
+    chars = [itos[i] for i in range(n)]
+    for i, c in enumerate(chars):
+        if type(c) is not str or len(c) != 1:
+            raise ValueError(f"{where}: itos[{i}] is {c!r}; expected one character (resgrad "
+                             "reads character-level vocabularies)")  # fmt: skip
+    if len(set(chars)) != n:
+        c = next(c for c in chars if chars.count(c) > 1)
+        raise ValueError(f"{where}: itos gives the character {c!r} to two ids")
+    stoi = meta.get("stoi")
+    if stoi is not None and stoi != {c: i for i, c in enumerate(chars)}:
+        raise ValueError(f"{where}: stoi is not the inverse of itos; expected stoi[itos[i]] == i")
+    size = meta.get("vocab_size")
+    if size is not None and size != n:
+        raise ValueError(f"{where}: vocab_size is {size!r} but itos holds {n} characters")
+    return "".join(chars)

@@ -25,10 +25,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from resgrad.lab.flow import FlowConfig, profile
+from resgrad.lab.flow import FlowConfig, profile, seed_tuple
 from resgrad.nn.model import GPT, GPTConfig
 
-__all__ = ["CLAIMS", "ClaimRow", "claim_table", "format_claims", "stream_growth", "update_size"]
+__all__ = [
+    "CLAIMS",
+    "ClaimRow",
+    "claim_table",
+    "format_claims",
+    "seeds_text",
+    "stream_growth",
+    "update_size",
+]
 
 CLAIMS = ("update-size", "scaled-init")
 
@@ -74,6 +82,7 @@ class ClaimRow:
     setting: str  # the variant (update-size) or scaled / unscaled (scaled-init)
     depth: int
     values: tuple[float, ...]  # one per seed
+    seeds: tuple[int, ...] = ()  # the seed of each value
 
     @property
     def mean(self) -> float:
@@ -85,10 +94,10 @@ class ClaimRow:
 
 
 def claim_table(
-    claim: str, depths: Sequence[int] = (6, 24, 96), seeds: Sequence[int] = range(5)
+    claim: str, depths: Sequence[int] = (6, 24, 96), seeds: Sequence[int] | int = range(5)
 ) -> list[ClaimRow]:
-    """Every (setting, depth) of ``claim`` measured at every seed."""
-    seeds = tuple(seeds)
+    """Every (setting, depth) of ``claim`` measured at every seed (a count K: seeds 0..K-1)."""
+    seeds = seed_tuple(seeds)
     if claim == "update-size":
         settings = {v: (lambda L, s, v=v: update_size(v, L, s)) for v in ("post-ln", "deepnorm")}
     elif claim == "scaled-init":
@@ -97,7 +106,7 @@ def claim_table(
     else:
         raise ValueError(f"unknown claim {claim!r}; expected one of {', '.join(CLAIMS)}")
     return [
-        ClaimRow(claim, name, L, tuple(fn(L, s) for s in seeds))
+        ClaimRow(claim, name, L, tuple(fn(L, s) for s in seeds), seeds)
         for name, fn in settings.items()
         for L in depths
     ]
@@ -106,9 +115,22 @@ def claim_table(
 def format_claims(rows: Sequence[ClaimRow]) -> str:
     """A Markdown table: mean ± std (min..max) over the seeds of every row."""
     k = len(rows[0].values) if rows else 0
-    lines = [f"| claim | setting | depth | mean ± std over {k} seeds | min .. max |",
+    which = f" ({seeds_text(rows[0].seeds)})" if rows and rows[0].seeds else ""
+    lines = [f"| claim | setting | depth | mean ± std over {k} seeds{which} | min .. max |",
              "| --- | --- | ---: | --- | --- |"]  # fmt: skip
     for r in rows:
         lines.append(f"| {r.claim} | {r.setting} | {r.depth} | {r.mean:.3g} ± {r.std:.2g} "
                      f"| {min(r.values):.3g} .. {max(r.values):.3g} |")  # fmt: skip
     return "\n".join(lines)
+
+
+def seeds_text(seeds: Sequence[int]) -> str:
+    """Seeds as a reader writes them: runs of consecutive seeds as ``0-9``, e.g. ``0-2, 7``."""
+    parts, i = [], 0
+    while i < len(seeds):
+        j = i
+        while j + 1 < len(seeds) and seeds[j + 1] == seeds[j] + 1:
+            j += 1
+        parts.append(str(seeds[i]) if j == i else f"{seeds[i]}-{seeds[j]}")
+        i = j + 1
+    return ", ".join(parts)

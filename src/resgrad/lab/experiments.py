@@ -38,6 +38,7 @@ from resgrad.formats.atomic import atomic_write_bytes, atomic_write_text
 from resgrad.formats.checkpoint import LAST
 from resgrad.formats.lock import lock_dir, new_dir_or_nothing
 from resgrad.formats.records import to_csv
+from resgrad.lab.flow import seed_tuple
 from resgrad.lab.sweep import (
     check_backend,
     check_grid_size,
@@ -46,15 +47,11 @@ from resgrad.lab.sweep import (
     sidecar_path,
 )
 from resgrad.plots import figure_bytes, new_figure
+from resgrad.train.config import TrainConfig, check_resumable
 from resgrad.train.data import check_text_file, load_corpus, unigram_entropy
 from resgrad.train.dynamics import read_dynamics
-from resgrad.train.loop import (
-    TrainConfig,
-    TrainingDiverged,
-    check_resumable,
-    read_metrics,
-    train,
-)
+from resgrad.train.loop import TrainingDiverged, train
+from resgrad.train.rundir import read_metrics
 
 __all__ = [
     "EXPERIMENTS",
@@ -103,7 +100,7 @@ class ExperimentConfig:
     depths: tuple[int, ...]  # n_layer values
     lrs: tuple[float, ...]  # peak learning rates
     warmups: tuple[int, ...]  # warm-up steps; 0 = none
-    seeds: int = 3  # K: seeds 0..K-1
+    seeds: tuple[int, ...] = (0, 1, 2)  # the seeds of every cell; a count K means 0..K-1
     n_embd: int = 64  # C
     n_head: int = 4  # H
     block_size: int = 64  # T
@@ -124,10 +121,11 @@ class ExperimentConfig:
         object.__setattr__(self, "depths", _tuple("depths", self.depths, int, 1))
         object.__setattr__(self, "lrs", _tuple("lrs", self.lrs, (int, float), 1e-12))
         object.__setattr__(self, "warmups", _tuple("warmups", self.warmups, int, 0))
-        s = self.seeds
-        if isinstance(s, bool) or not isinstance(s, int) or s < 1:
-            raise ValueError(f"seeds must be a positive integer (the number K), got {s!r}")
-        check_grid_size(self.n_cells, "variants x depths x lrs x warm-ups x seeds")
+        what = "variants x depths x lrs x warm-ups x seeds"
+        if isinstance(self.seeds, (int, np.integer)) and not isinstance(self.seeds, bool):
+            check_grid_size(self._n_settings * self.seeds, what)  # before the count is listed
+        object.__setattr__(self, "seeds", seed_tuple(self.seeds))
+        check_grid_size(self.n_cells, what)
         for w in self.warmups:
             if w >= self.max_iters:
                 raise ValueError(f"warm-up {w} must be shorter than max_iters {self.max_iters}")
@@ -163,21 +161,25 @@ class ExperimentConfig:
             for L in self.depths:
                 for lr in self.lrs:
                     for w in self.warmups:
-                        for s in range(self.seeds):
+                        for s in self.seeds:
                             name = f"{v}_L{L}_lr{lr:g}_w{w}_s{s}"
                             out.append((name, self._train_config(v, L, lr, w, s, out_dir, name)))
         return out
 
     @property
+    def _n_settings(self) -> int:
+        """How many cells one seed has: variants x depths x lrs x warm-ups."""
+        return math.prod(len(axis) for axis in (self.variants, self.depths, self.lrs, self.warmups))
+
+    @property
     def n_cells(self) -> int:
         """How many runs the grid holds (:meth:`cells` without building them)."""
-        grid = (self.variants, self.depths, self.lrs, self.warmups)
-        return math.prod(len(axis) for axis in grid) * self.seeds
+        return self._n_settings * len(self.seeds)
 
     def largest_cell(self, out_dir: str) -> TrainConfig:
         """The config of the grid's largest run (the deepest), for a memory estimate."""
         return self._train_config(self.variants[0], max(self.depths), self.lrs[0],
-                                  self.warmups[0], 0, out_dir, "largest")  # fmt: skip
+                                  self.warmups[0], self.seeds[0], out_dir, "largest")  # fmt: skip
 
     def _train_config(self, variant, L, lr, warmup, seed, out_dir, name) -> TrainConfig:
         return TrainConfig(
@@ -304,7 +306,7 @@ def render_figure(cfg: ExperimentConfig, rows, summary, out_dir, cells, entropy)
     ax1.set_xticks(ticks, [f"{v:g}" for v in ticks])
     ax1.minorticks_off()
     ax1.set_xlabel("layers" if x_key == "n_layer" else "peak learning rate")
-    ax1.set_ylabel(f"val loss after {cfg.max_iters} steps, mean ± std over {cfg.seeds} seeds")
+    ax1.set_ylabel(f"val loss after {cfg.max_iters} steps, mean ± std over {len(cfg.seeds)} seeds")
     if entropy is not None:
         ax1.axhline(entropy, color="gray", ls=":", lw=1, label=f"unigram entropy {entropy:.2f}")
     ax1.set_title("final validation loss (x: a seed diverged)", fontsize=10)
@@ -323,7 +325,7 @@ def render_figure(cfg: ExperimentConfig, rows, summary, out_dir, cells, entropy)
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=7, loc="best")
     fig.suptitle(f"resgrad experiment {cfg.name}: C={cfg.n_embd}, T={cfg.block_size}, "
-                 f"B={cfg.batch_size}, {cfg.seeds} seeds", fontsize=11)  # fmt: skip
+                 f"B={cfg.batch_size}, {len(cfg.seeds)} seeds", fontsize=11)  # fmt: skip
     fig.tight_layout(rect=(0, 0, 1, 0.95))
     return figure_bytes(fig, "png")
 

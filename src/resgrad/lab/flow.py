@@ -76,6 +76,7 @@ __all__ = [
     "profile",
     "records_to_csv",
     "records_to_json",
+    "seed_tuple",
 ]
 
 LESSON_VARIANTS = ("lesson-plain", "lesson-residual")  # the lesson's tanh stack, without / with + x
@@ -121,6 +122,36 @@ def _seed(value: object) -> int:
     return int(value)
 
 
+def _seed_sequence(seeds: object) -> tuple[int, ...]:
+    """Explicit seeds: a non-empty sequence of distinct integers in [0, 2**32)."""
+    if isinstance(seeds, (str, bytes)) or not isinstance(seeds, Sequence):
+        raise TypeError(f"seeds must be a sequence of integers, got {seeds!r}")
+    out = tuple(_seed(s) for s in seeds)
+    if not out:
+        raise ValueError("seeds must hold at least one seed, got none")
+    if len(set(out)) != len(out):
+        twice = next(s for i, s in enumerate(out) if s in out[:i])
+        raise ValueError(f"seeds must be distinct, got {twice} twice")
+    return out
+
+
+def seed_tuple(seeds: object) -> tuple[int, ...]:
+    """The seeds a grid runs at: a count K (seeds 0..K-1) or explicit seeds, as a tuple.
+
+    A count must be >= 1; explicit seeds must be distinct integers in [0, 2**32).
+    Callers that cap the grid's size check a count against the cap before calling
+    (this builds the list).
+    """
+    if isinstance(seeds, (int, np.integer)) and not isinstance(seeds, bool):
+        if seeds < 1:
+            raise ValueError(
+                f"seeds must be a positive integer (a count K: seeds 0..K-1) or a list of "
+                f"seeds, got {seeds!r}"
+            )
+        return tuple(range(int(seeds)))
+    return _seed_sequence(seeds)
+
+
 @dataclass(frozen=True)
 class FlowConfig:
     """One stack to measure, and the seeds to average over.
@@ -158,14 +189,7 @@ class FlowConfig:
             )
         if self.loss not in LOSSES:
             raise ValueError(f"loss must be one of {', '.join(LOSSES)}, got {self.loss!r}")
-        if isinstance(self.seeds, (int, np.integer)) or not isinstance(self.seeds, Sequence):
-            raise TypeError(f"seeds must be a sequence of integers, got {self.seeds!r}")
-        seeds = tuple(_seed(s) for s in self.seeds)
-        if not seeds:
-            raise ValueError("seeds must hold at least one seed, got none")
-        if len(set(seeds)) != len(seeds):
-            raise ValueError(f"seeds must be distinct, got {seeds!r}")
-        object.__setattr__(self, "seeds", seeds)
+        object.__setattr__(self, "seeds", _seed_sequence(self.seeds))
         if isinstance(self.scale, bool) or not isinstance(self.scale, (int, float, np.floating)):
             raise TypeError(f"scale must be a number, got {self.scale!r}")
         if not math.isfinite(self.scale):

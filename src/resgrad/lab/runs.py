@@ -20,9 +20,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from resgrad.plots import new_figure
+from resgrad.plots import draw_losses, new_figure
 from resgrad.train.dynamics import PER_BLOCK, Dynamics
-from resgrad.train.loop import draw_losses, read_metrics
+from resgrad.train.rundir import read_metrics
 
 __all__ = [
     "QUANTITIES",
@@ -67,6 +67,8 @@ def _rows(dyn: Dynamics, q: str) -> np.ndarray:
 
 def _need_records(dyn: Dynamics) -> None:
     if dyn.records.size == 0:
+        if dyn.damage:  # the first record is already damaged
+            raise ValueError(f"{dyn.run_dir!r}: {dyn.damage}: nothing to draw")
         raise ValueError(f"{dyn.run_dir!r} has no dynamics records yet (no step completed)")
 
 
@@ -105,8 +107,9 @@ def dynamics_figure(
         ax_map.set_ylabel("boundary" if q == "stream_grad" else "block")
         ax_map.yaxis.set_major_locator(MaxNLocator(integer=True))
         ax_map.set_title(f"{q}: {PER_BLOCK[q]}", fontsize=9, loc="left")
+        point = {"marker": "o", "ms": 4} if len(steps) == 1 else {}  # a line draws nothing
         for i in layers:
-            ax_line.plot(steps, vals[:, i], lw=1.0, label=f"block {i}")
+            ax_line.plot(steps, vals[:, i], lw=1.0, label=f"block {i}", **point)
         ax_line.set_yscale("log", nonpositive="mask")
         ax_line.grid(True, alpha=0.3)
         ax_line.legend(fontsize=7, loc="best")
@@ -166,9 +169,10 @@ def compare_figure(
         color = f"C{k % 10}"
         draw_losses(ax_loss, read_metrics(d.run_dir), label=label, color=color)
         vals = _rows(d, quantity)  # (N, L)
+        point = {"marker": "o", "ms": 4} if len(d.steps) == 1 else {}  # a line draws nothing
         for j, i in enumerate(layers):
             ax_step.plot(d.steps, vals[:, i], styles[j % len(styles)], color=color, lw=1.0,
-                         label=f"{label}, block {i}")  # fmt: skip
+                         label=f"{label}, block {i}", **point)  # fmt: skip
         n = max(1, int(round(tail * len(vals))))
         with np.errstate(all="ignore"):
             prof = np.nanmean(np.where(np.isfinite(vals[-n:]), vals[-n:], np.nan), axis=0)

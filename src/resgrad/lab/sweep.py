@@ -24,6 +24,11 @@ sidecar is then rewritten atomically without it. The sidecar is removed when the
 result is written. Points are matched by all their settings and seed, so a
 sidecar from a different sweep is never mistaken for this one's.
 
+Local workers die with the process that runs the grid: SIGTERM tears the pool down
+(the command exits with status 143), and after a SIGKILL each worker notices within
+0.1 s that its parent is gone and exits, so no orphan keeps computing, or holding a
+training cell's lock, and the rerun resumes at once.
+
 Errors are raised before anything is written: a bad grid, an output path whose
 extension is not ``.csv``/``.json`` or whose directory is missing or not
 writable, a plot path that is not ``.png``/``.svg``, or a Dask scheduler that
@@ -36,7 +41,11 @@ import contextlib
 import ctypes
 import json
 import os
+import signal
 import sys
+import threading
+import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -47,7 +56,7 @@ from tqdm.auto import tqdm
 from resgrad.formats.atomic import atomic_write_text, remove_stale_temporaries
 from resgrad.formats.lock import hold_lock, lock_path_for
 from resgrad.formats.records import to_csv, to_json
-from resgrad.lab.flow import LOSSES, FlowConfig, profile
+from resgrad.lab.flow import LOSSES, FlowConfig, profile, seed_tuple
 from resgrad.plots import PlotSpec, Series, plot_format, save_plot
 
 __all__ = [
@@ -102,12 +111,12 @@ def _int_tuple(name: str, values: Sequence[int]) -> tuple[int, ...]:
 
 @dataclass(frozen=True)
 class SweepConfig:
-    """The grid: every variant at every depth and width, at seeds 0..seeds-1."""
+    """The grid: every variant at every depth and width, at every seed."""
 
     variants: tuple[str, ...] = ("pre-ln", "post-ln")  # resgrad.lab.flow.all_variants()
     depths: tuple[int, ...] = (2, 4, 8, 16)  # L values
     widths: tuple[int, ...] = (32,)  # C values; each divisible by heads
-    seeds: int = 2  # K: seeds 0..K-1, one grid point each
+    seeds: tuple[int, ...] = (0, 1)  # one grid point each; a count K means seeds 0..K-1
     heads: int = 4  # H
     seq: int = 16  # T
     batch: int = 4  # B
@@ -126,16 +135,17 @@ class SweepConfig:
         object.__setattr__(self, "variants", variants)
         object.__setattr__(self, "depths", _int_tuple("depths", self.depths))
         object.__setattr__(self, "widths", _int_tuple("widths", self.widths))
-        s = self.seeds
-        if isinstance(s, bool) or not isinstance(s, (int, np.integer)) or s < 1:
-            raise ValueError(f"seeds must be a positive integer (the number K), got {s!r}")
-        check_grid_size(len(variants) * len(self.depths) * len(self.widths) * s,
-                        "variants x depths x widths x seeds")  # fmt: skip
+        what = "variants x depths x widths x seeds"
+        per_seed = len(variants) * len(self.depths) * len(self.widths)
+        if isinstance(self.seeds, (int, np.integer)) and not isinstance(self.seeds, bool):
+            check_grid_size(per_seed * int(self.seeds), what)  # before the count is listed
+        object.__setattr__(self, "seeds", seed_tuple(self.seeds))
+        check_grid_size(per_seed * len(self.seeds), what)
         if self.loss not in LOSSES:
             raise ValueError(f"loss must be one of {', '.join(LOSSES)}, got {self.loss!r}")
         for v in variants:  # every stack must be valid; FlowConfig names the bad field
             for w in self.widths:
-                self._flow(v, self.depths[0], w, 0)
+                self._flow(v, self.depths[0], w, self.seeds[0])
 
     def _flow(self, variant: str, depth: int, width: int, seed: int) -> FlowConfig:
         return FlowConfig(
@@ -150,7 +160,7 @@ class SweepConfig:
             for v in self.variants
             for d in self.depths
             for w in self.widths
-            for s in range(int(self.seeds))
+            for s in self.seeds
         ]
 
 
@@ -398,7 +408,58 @@ def check_backend(
     return int(jobs)
 
 
-def _keyed(job: Callable[[object], list[dict]], key: str, point: object):
+_WATCHED_PARENT: int | None = None  # in a local worker: the pid its watchdog watches
+
+
+def _die_with_parent(parent: int) -> None:
+    """In a local worker, exit as soon as ``parent`` (the process running the grid) is gone.
+
+    loky's workers do not watch their parent: when it is killed (SIGKILL, or anything that
+    skips its cleanup) they train on as orphans, holding their cells' locks, and a rerun is
+    refused. A daemon thread polls ``os.getppid()``, which changes when the parent dies
+    (the orphan is adopted by init or a subreaper), and ends the worker at once: what it
+    had saved is atomic, and its cell resumes from its last checkpoint. Started once per
+    worker; nothing in the process that runs the grid itself (``jobs=1``).
+    """
+    global _WATCHED_PARENT
+    if os.getpid() == parent or _WATCHED_PARENT == parent:
+        return
+    if os.getppid() != parent:  # the parent died before this task started
+        os._exit(1)
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.1)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="resgrad-parent-watchdog", daemon=True).start()
+    _WATCHED_PARENT = parent
+
+
+@contextlib.contextmanager
+def _sigterm_raises():
+    """While the grid runs, SIGTERM raises SystemExit(143) in the main thread instead of
+    ending the process on the spot, so that joblib tears the pool down (killing the
+    workers) and every ``with`` block (locks, the sidecar) closes on the way out. Left
+    alone when the caller installed a handler of its own, or off the main thread."""
+    if (threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL):  # fmt: skip
+        yield
+        return
+
+    def handler(signum, frame):
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _keyed(job: Callable[[object], list[dict]], key: str, point: object, parent: int | None):
+    if parent is not None:
+        _die_with_parent(parent)
     rows = job(point)
     _return_freed_memory()
     return key, rows
@@ -450,18 +511,23 @@ def run_grid(
                 if client is not None:
                     # the client is handed to joblib's dask backend, not made the global default
                     ctx = joblib.parallel_config(backend="dask", client=client)
-                    n_jobs = -1
+                    n_jobs, parent = -1, None
                 else:
                     ctx = joblib.parallel_config(backend="loky", inner_max_num_threads=threads)
-                    n_jobs = min(jobs, len(todo))
-                with ctx:
+                    n_jobs, parent = min(jobs, len(todo)), os.getpid()  # workers die with it
+                with ctx, _sigterm_raises():
                     results = joblib.Parallel(n_jobs=n_jobs, return_as="generator_unordered")(
-                        joblib.delayed(_keyed)(job, k, p) for k, p in todo
+                        joblib.delayed(_keyed)(job, k, p, parent) for k, p in todo
                     )
-                    for key, rows in results:
-                        done[key] = rows
-                        _append_sidecar(partial, key, rows)  # a crash from here loses nothing
-                        bar.update(1)
+                    try:
+                        for key, rows in results:
+                            done[key] = rows
+                            _append_sidecar(partial, key, rows)  # a crash from here loses nothing
+                            bar.update(1)
+                    finally:  # an error raised here ends the workers now, not when collected
+                        with warnings.catch_warnings():  # (joblib warns of the tasks cancelled)
+                            warnings.simplefilter("ignore")
+                            results.close()
     finally:
         if own:
             client.close()

@@ -28,7 +28,7 @@ weights of the FFN, the value projection and the attention output projection
 initialized with gain ``beta = (8N)^(-1/4)``; the query and key projections keep gain 1.
 
 ``cfg`` is a :class:`resgrad.nn.model.GPTConfig` (any object with its fields:
-variant, init, n_layer, n_head, n_embd, dropout, bias, ln_eps); this module does
+variant, init, n_layer, n_head, n_embd, dropout, bias, ln_eps, activation); this module does
 not import model.py, which sits above it.
 """
 
@@ -196,7 +196,7 @@ def _sublayer_forward(name, x, params, p, cfg, train, rng):
         w = [params.get(f"{p}.attn.{k}") for k in ATTN_KEYS]  # biases None where bias=False
         return attention_forward(x, *w, cfg.n_head, **kw)
     w = [params.get(f"{p}.mlp.{k}") for k in MLP_KEYS]
-    return mlp_forward(x, *w, **kw)
+    return mlp_forward(x, *w, **kw, activation=cfg.activation)  # the GELU the config names
 
 
 def _sublayer_backward(name, df, cache, p, grads):

@@ -32,6 +32,7 @@ from typing import NamedTuple
 import numpy as np
 
 __all__ = [
+    "ACTIVATIONS",
     "ATTN_BLOCK",
     "ATTN_KEYS",
     "MLP_KEYS",
@@ -49,6 +50,8 @@ __all__ = [
     "embedding_backward",
     "embedding_forward",
     "gelu_backward",
+    "gelu_erf_backward",
+    "gelu_erf_forward",
     "gelu_forward",
     "layernorm_backward",
     "layernorm_forward",
@@ -223,6 +226,53 @@ def gelu_backward(dout: np.ndarray, cache: GeluCache) -> np.ndarray:
     np.multiply(t, f(0.5), out=tmp)
     local += tmp
     local += f(0.5)  # (...) + dx_direct / dout = 0.5 (1 + t)
+    local *= dout  # (...) dx
+    return local
+
+
+class GeluErfCache(NamedTuple):
+    x: np.ndarray  # (...) input
+    cdf: np.ndarray  # (...) Phi(x) = 0.5 (1 + erf(x / sqrt(2))), the standard normal's CDF
+
+
+_SQRT1_2 = math.sqrt(0.5)  # 1 / sqrt(2)
+_INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)  # the standard normal density's constant
+
+
+def gelu_erf_forward(x: np.ndarray) -> tuple[np.ndarray, GeluErfCache]:
+    """GELU, the exact form: ``x Phi(x) = 0.5 x (1 + erf(x / sqrt(2)))`` (Hendrycks & Gimpel
+    2016).
+
+    Elementwise, (...) -> (...); the same as ``torch.nn.GELU()`` (nanoGPT's MLP) and
+    transformers' ``"gelu"``. ``erf`` is ``scipy.special.erf``, which keeps float32 float32.
+    """
+    # imported here, not at the top: scipy.special takes 0.23 s to import, which every
+    # resgrad command would pay while only models with the exact GELU use it
+    from scipy.special import erf
+
+    f = x.dtype.type
+    u = x * f(_SQRT1_2)  # 1) (...) u = x / sqrt(2)
+    cdf = erf(u, out=u)  # (...) erf(u), in u's buffer
+    cdf += f(1.0)
+    cdf *= f(0.5)  # 2) (...) cdf = 0.5 (1 + erf(u))
+    out = x * cdf  # 3) (...) out = x cdf
+    return out, GeluErfCache(x, cdf)
+
+
+def gelu_erf_backward(dout: np.ndarray, cache: GeluErfCache) -> np.ndarray:
+    """Backward of :func:`gelu_erf_forward`: returns dx."""
+    x, cdf = cache
+    f = x.dtype.type
+    # 3) out = x cdf                  ->  dx_direct = dout cdf, dcdf = dout x
+    # 2) cdf = 0.5 (1 + erf(u))       ->  du = dcdf exp(-u^2) / sqrt(pi)
+    # 1) u = x / sqrt(2)              ->  dx_via_u = du / sqrt(2)
+    # so dx = dout (cdf + x exp(-x^2 / 2) / sqrt(2 pi)): Phi(x) + x phi(x)
+    local = x * x  # (...) x^2
+    local *= f(-0.5)
+    np.exp(local, out=local)  # (...) exp(-x^2 / 2)
+    local *= f(_INV_SQRT_2PI)  # (...) phi(x), the standard normal density
+    local *= x  # (...) dx_via_u / dout = x phi(x)
+    local += cdf  # (...) + dx_direct / dout = cdf
     local *= dout  # (...) dx
     return local
 
@@ -684,9 +734,17 @@ def attention_backward(
 
 class MlpCache(NamedTuple):
     fc: LinearCache  # C -> 4C
-    act: GeluCache  # GELU
+    act: GeluCache | GeluErfCache  # GELU, in the form ``activation`` names
     proj: LinearCache  # 4C -> C
     drop: DropoutCache  # dropout on the output
+    activation: str  # a key of ACTIVATIONS: which backward undoes ``act``
+
+
+# the MLP's activation by name -> its (forward, backward) pair; GPTConfig.activation picks one
+ACTIVATIONS = {
+    "gelu-tanh": (gelu_forward, gelu_backward),  # GPT-2's tanh form (transformers' gelu_new)
+    "gelu-erf": (gelu_erf_forward, gelu_erf_backward),  # exact: torch.nn.GELU(), nanoGPT's
+}
 
 
 def mlp_forward(
@@ -699,6 +757,7 @@ def mlp_forward(
     dropout: float = 0.0,
     train: bool = False,
     rng: np.random.Generator | None = None,
+    activation: str = "gelu-tanh",
 ) -> tuple[np.ndarray, MlpCache]:
     """The feed-forward sublayer, ``gelu(x @ w_fc + b_fc) @ w_proj + b_proj``: (..., C) -> (..., C).
 
@@ -711,36 +770,43 @@ def mlp_forward(
     b_proj : ndarray, shape (C,), or None
     dropout, train, rng
         Dropout on the output, as :func:`dropout_forward`.
+    activation : str
+        The GELU's form, a key of :data:`ACTIVATIONS`: ``"gelu-tanh"`` (GPT-2's, the
+        default) or ``"gelu-erf"`` (exact, as ``torch.nn.GELU()``).
 
     Returns
     -------
     out : ndarray, shape (..., C)
     cache : MlpCache
     """
+    if activation not in ACTIVATIONS:
+        raise ValueError(
+            f"unknown activation {activation!r}; expected one of {', '.join(ACTIVATIONS)}"
+        )
     if w_fc.ndim != 2 or w_proj.shape != w_fc.shape[::-1]:
         raise ValueError(f"w_fc {w_fc.shape} and w_proj {w_proj.shape} must be (C, F) and (F, C)")
     h, c_fc = linear_forward(x, w_fc, b_fc)  # 1) (..., C) @ (C, F) -> (..., F)
-    a, c_act = gelu_forward(h)  # 2) (..., F)
+    a, c_act = ACTIVATIONS[activation][0](h)  # 2) (..., F) gelu(h), in the named form
     out, c_proj = linear_forward(a, w_proj, b_proj)  # 3) (..., F) @ (F, C) -> (..., C)
     if dropout > 0.0 and train:
         out, c_drop = dropout_forward(out, dropout, train=True, rng=rng)  # 4) (..., C)
     else:
         c_drop = DropoutCache(None)  # 4) no dropout
-    return out, MlpCache(c_fc, c_act, c_proj, c_drop)
+    return out, MlpCache(c_fc, c_act, c_proj, c_drop, activation)
 
 
 def mlp_backward(
     dout: np.ndarray, cache: MlpCache
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray, np.ndarray | None]:
     """Backward of :func:`mlp_forward`: ``(dx, dw_fc, db_fc, dw_proj, db_proj)``."""
-    c_fc, c_act, c_proj, c_drop = cache
+    c_fc, c_act, c_proj, c_drop, activation = cache
     # 4) out = dropout(out)
     if c_drop.mask is not None:
         dout = dropout_backward(dout, c_drop)  # (..., C)
     # 3) out = a @ w_proj + b_proj
     da, dw_proj, db_proj = linear_backward(dout, c_proj)  # (..., F), (F, C), (C,)
     # 2) a = gelu(h)
-    dh = gelu_backward(da, c_act)  # (..., F)
+    dh = ACTIVATIONS[activation][1](da, c_act)  # (..., F)
     # 1) h = x @ w_fc + b_fc
     dx, dw_fc, db_fc = linear_backward(dh, c_fc)  # (..., C), (C, F), (F,)
     return dx, dw_fc, db_fc, dw_proj, db_proj
@@ -871,16 +937,19 @@ def _named(keys: tuple[str, ...], grads: tuple) -> dict[str, np.ndarray]:
 
 
 class MLP:
-    """:func:`mlp_forward` with named parameters ``w_fc``, ``b_fc``, ``w_proj``, ``b_proj``."""
+    """:func:`mlp_forward` with named parameters ``w_fc``, ``b_fc``, ``w_proj``, ``b_proj``
+    and the GELU ``activation`` names (a key of :data:`ACTIVATIONS`)."""
 
     KEYS = MLP_KEYS
 
-    def __init__(self, params: dict[str, np.ndarray]):
+    def __init__(self, params: dict[str, np.ndarray], activation: str = "gelu-tanh"):
         self.params = params
+        self.activation = activation
 
     def forward(self, x: np.ndarray) -> tuple[np.ndarray, MlpCache]:
         """(..., C) -> (..., C)."""
-        return mlp_forward(x, *(self.params.get(k) for k in self.KEYS))
+        w = (self.params.get(k) for k in self.KEYS)
+        return mlp_forward(x, *w, activation=self.activation)
 
     def backward(self, dout, cache) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         dx, *grads = mlp_backward(dout, cache)

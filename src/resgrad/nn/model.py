@@ -30,6 +30,7 @@ from resgrad.nn.blocks import (
     init_block_params,
 )
 from resgrad.nn.layers import (
+    ACTIVATIONS,
     CrossEntropyCache,
     DropoutCache,
     EmbeddingCache,
@@ -44,7 +45,9 @@ from resgrad.nn.layers import (
     layernorm_forward,
 )
 
-__all__ = ["DTYPES", "GPT", "INITS", "VARIANTS", "GPTCache", "GPTConfig", "per_block_norms"]
+__all__ = [
+    "ACTIVATIONS", "DTYPES", "GPT", "INITS", "VARIANTS", "GPTCache", "GPTConfig", "per_block_norms",
+]  # fmt: skip
 
 DTYPES = (np.float32, np.float64)  # float32 trains, float64 checks
 
@@ -68,6 +71,9 @@ class GPTConfig:
     init: str = "gpt2"  # initialization scheme, one of INITS
     bias: bool = True  # biases in the linear layers and the LayerNorms
     ln_eps: float = 1e-5  # LayerNorm's epsilon, added to the variance
+    # the MLP's GELU, one of ACTIVATIONS: "gelu-tanh" (GPT-2's tanh form) or "gelu-erf" (exact,
+    # torch.nn.GELU(): nanoGPT's); a checkpoint from before this field is "gelu-tanh"
+    activation: str = "gelu-tanh"
 
     def __post_init__(self):
         _require_int("vocab_size", self.vocab_size, 1)
@@ -94,6 +100,10 @@ class GPTConfig:
         e = self.ln_eps
         if isinstance(e, bool) or not isinstance(e, (int, float)) or not 0.0 < e < math.inf:
             raise ValueError(f"ln_eps must be a positive finite number, got {e!r}")
+        if not isinstance(self.activation, str) or self.activation not in ACTIVATIONS:
+            raise ValueError(
+                f"unknown activation {self.activation!r}; expected one of {', '.join(ACTIVATIONS)}"
+            )
 
     @property
     def final_ln(self) -> bool:

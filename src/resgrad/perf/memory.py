@@ -34,7 +34,7 @@ import os
 
 from resgrad.lab.flow import LESSON_VARIANTS, FlowConfig
 from resgrad.nn.model import GPTConfig
-from resgrad.train.loop import TrainConfig
+from resgrad.train.config import TrainConfig
 
 __all__ = [
     "NotEnoughMemory",
@@ -45,7 +45,9 @@ __all__ = [
     "gpt_params",
     "lesson_gradcheck_bytes",
     "lesson_stack_bytes",
+    "pretrained_flow_bytes",
     "require",
+    "sample_bytes",
     "train_bytes",
 ]
 
@@ -147,3 +149,18 @@ def train_bytes(cfg: TrainConfig, model: GPTConfig | None = None) -> int:
     weights = gpt_bytes(m.n_layer, m.n_embd, m.n_head, cfg.block_size, cfg.batch_size,
                         m.vocab_size, 4, 4)  # fmt: skip
     return weights + 14 * chars
+
+
+def sample_bytes(m: GPTConfig, itemsize: int = 4) -> int:
+    """Upper estimate for sampling a loaded model (``sample --from-pretrained``): the file's
+    arrays and the model's (2*P), the KV cache of its whole context (2*L*T*C), and one
+    forward step on up to T tokens (B = 1, the caches of one block, the logits)."""
+    L, C, H, T, V = m.n_layer, m.n_embd, m.n_head, m.block_size, m.vocab_size
+    P = gpt_params(L, C, T, V)
+    return itemsize * (2 * P + 2 * L * T * C + 32 * T * C + 4 * H * T * T + 3 * T * V)
+
+
+def pretrained_flow_bytes(m: GPTConfig, seq: int, batch: int, itemsize: int = 4) -> int:
+    """Upper estimate for the gradient flow of a loaded model on (batch, seq) windows: the
+    file's arrays, the parameters and their gradients, and the caches of the backward pass."""
+    return gpt_bytes(m.n_layer, m.n_embd, m.n_head, seq, batch, m.vocab_size, itemsize, 4)

@@ -115,7 +115,8 @@ def train_bpe(text: str, vocab_size: int) -> BPETokenizer:
     """A byte-level BPE of ``vocab_size`` tokens trained on ``text`` (GPT-2's pre-tokenizer).
 
     The same text and size give the same tokenizer (tested). Every byte is in the
-    vocabulary, so any text can be encoded.
+    vocabulary, so any text can be encoded. A short text may run out of pairs to merge
+    first: the tokenizer then has fewer tokens (``resgrad train`` refuses that run).
 
     Raises
     ------
@@ -210,11 +211,23 @@ def check_vocab(tok: Any, vocab_size: int, where: str) -> None:
     """Refuse a tokenizer that yields ids the model has no embedding for.
 
     A tokenizer smaller than the model is allowed (nanoGPT pads GPT-2's 50257 to 50304).
+    Its largest id is checked, not only its size: a ``tokenizer.json`` may number its
+    tokens with gaps (20 tokens, one of them id 5000).
     """
     if tok.vocab_size > vocab_size:
         raise ValueError(
             f"{where}: the tokenizer has {tok.vocab_size} tokens but the model's vocab_size "
             f"is {vocab_size}; expected a tokenizer of at most {vocab_size}"
+        )
+    if isinstance(tok, BPETokenizer):  # token -> id, added tokens included
+        vocab = tok.tokenizer.get_vocab(with_added_tokens=True)
+        token, top = max(vocab.items(), key=lambda kv: kv[1], default=("", -1))
+    else:  # characters are numbered 0..n-1
+        token, top = tok.chars[-1], tok.vocab_size - 1
+    if top >= vocab_size:
+        raise ValueError(
+            f"{where}: the tokenizer has token id {top} ({token!r}), beyond the model's "
+            f"vocab_size {vocab_size}; expected every id below {vocab_size}"
         )
 
 

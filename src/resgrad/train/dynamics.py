@@ -27,7 +27,16 @@ record is one unbuffered ``write`` (O_APPEND), so a ``kill -9`` loses at most th
 record being written; a file whose size is not a whole number of records has a
 torn tail, which :func:`read_dynamics` ignores and a resume cuts off. On resume
 the file is cut back to the steps before the checkpoint's iteration, so the
-records of a resumed run equal those of an uninterrupted one, byte for byte.
+records of a resumed run equal those of an uninterrupted one, byte for byte; at
+each checkpoint the records so far are fsynced, so that a checkpoint on disk
+never has fewer records before it.
+
+Damage is not a kill's torn tail: the header is checked field by field (n_layer,
+record_bytes and dtype must be those of resgrad's records, each named with the
+file when it is not), and the records are read up to the first one a run never
+writes (a step that does not follow the one before it or is out of range, a
+``clipped`` other than 0 or 1, a non-finite or negative ``lr``). What was kept is
+said in one line (:attr:`Dynamics.damage`), by the readers and by a resume.
 """
 
 from __future__ import annotations
@@ -65,6 +74,8 @@ DYNAMICS_BIN = "dynamics.bin"
 DYNAMICS_HEADER = "dynamics.json"
 FORMAT = "resgrad-dynamics"
 VERSION = 1
+MAX_N_LAYER = 1_000_000  # a record of 28 MB; NumPy's record size must fit a C int
+MAX_STEP = 2**53  # steps are counts; beyond this, a record's step is damage
 
 # per-block quantities, in record order, with the words a plot puts on its axis
 PER_BLOCK = {
@@ -82,6 +93,12 @@ GRAD_KINDS = {"attn.": "grad_attn", "mlp.": "grad_mlp"}
 
 def record_dtype(n_layer: int) -> np.dtype:
     """The NumPy dtype of one step's record for a model of ``n_layer`` blocks."""
+    if (
+        isinstance(n_layer, bool)
+        or not isinstance(n_layer, (int, np.integer))
+        or not (1 <= n_layer <= MAX_N_LAYER)
+    ):
+        raise ValueError(f"n_layer must be an integer in [1, {MAX_N_LAYER}], got {n_layer!r}")
     L = n_layer
     fields = [("step", "<i8"), ("loss", "<f4"), ("lr", "<f4"), ("grad_norm", "<f4"),
               ("clipped", "u1")]  # fmt: skip
@@ -211,6 +228,12 @@ class DynamicsWriter:
                 if old.n_layer != n_layer:
                     raise ValueError(f"its records are of {old.n_layer} blocks, not {n_layer}")
                 keep = int(np.searchsorted(old.records["step"], start))  # records before start
+                if old.damage is not None and log is not None:
+                    log(f"{old.damage}; recording again from step {start}")
+                elif keep and old.records["step"][keep - 1] != start - 1 and log is not None:
+                    log(f"{DYNAMICS_BIN}: its records stop at step {old.records['step'][keep - 1]}"
+                        f", before the checkpoint's step {start} (the file was cut short); kept "
+                        f"the first {keep}; recording again from step {start}")  # fmt: skip
             except (OSError, ValueError) as e:
                 if log is not None:
                     log(f"dynamics: {e}; recording again from step {start}")
@@ -224,6 +247,10 @@ class DynamicsWriter:
         if record.dtype != self.dtype:
             raise ValueError(f"record dtype {record.dtype} does not match the file's")
         os.write(self._fd, record.tobytes())
+
+    def sync(self) -> None:
+        """Put the records written so far on disk (fsync): called before each checkpoint."""
+        os.fsync(self._fd)
 
     def close(self) -> None:
         if self._fd >= 0:
@@ -246,6 +273,7 @@ class Dynamics:
     records: np.ndarray  # (N,) structured, record_dtype(n_layer)
     torn_bytes: int  # bytes of an incomplete last record, ignored
     config: dict  # the run's settings (TrainConfig's fields), from the header
+    damage: str | None = None  # one line: the first damaged record, and what was kept
 
     @property
     def steps(self) -> np.ndarray:
@@ -258,11 +286,14 @@ class Dynamics:
 def read_dynamics(run_dir: str | os.PathLike) -> Dynamics:
     """The dynamics records of the run in ``run_dir``.
 
+    Records from the first damaged one on are left out, and said in ``damage``.
+
     Raises
     ------
     ValueError
         If ``run_dir`` is not a directory, holds no dynamics records, or its
-        header is not resgrad's or does not match the records' size.
+        header is not resgrad's; a header field that is not what resgrad writes
+        is named with the file.
     """
     run_dir = os.fspath(run_dir)
     if not os.path.isdir(run_dir):
@@ -277,21 +308,65 @@ def read_dynamics(run_dir: str | os.PathLike) -> Dynamics:
     try:
         with open(head_path, encoding="utf-8") as f:
             head = json.load(f)
-        L = int(head["n_layer"])
-        ok = head.get("format") == FORMAT and head.get("version") == VERSION and L >= 1
-    except (OSError, ValueError, KeyError, TypeError):
+        ok = head.get("format") == FORMAT and head.get("version") == VERSION
+    except (OSError, ValueError, AttributeError):
         ok = False
     if not ok:
         raise ValueError(f"{head_path!r} is not a resgrad dynamics header (format {VERSION})")
-    dt = record_dtype(L)
-    if head.get("record_bytes") != dt.itemsize:
-        raise ValueError(f"{head_path!r} says {head.get('record_bytes')} bytes a record; "
-                         f"expected {dt.itemsize} for {L} layers")  # fmt: skip
+    dt = _header_dtype(head, head_path)
     data = np.fromfile(bin_path, dtype=np.uint8)  # (bytes,)
     n, torn = divmod(data.size, dt.itemsize)
     records = data[: n * dt.itemsize].view(dt)  # (N,)
+    kept, why = _first_damaged(records)
+    damage = None
+    if why is not None:
+        damage = f"{DYNAMICS_BIN}: record {kept + 1} of {n} is damaged ({why}); "
+        damage += f"kept the first {kept}"
     config = head.get("config") if isinstance(head.get("config"), dict) else {}
-    return Dynamics(run_dir, L, records, int(torn), config)
+    return Dynamics(run_dir, head["n_layer"], records[:kept], int(torn), config, damage)
+
+
+def _header_dtype(head: dict, head_path: str) -> np.dtype:
+    """The record dtype ``head`` describes; a field other than resgrad writes is named."""
+    L = head.get("n_layer")
+    try:
+        dt = record_dtype(L)
+    except ValueError:
+        raise ValueError(
+            f"{head_path!r}: n_layer is {L!r}; expected an integer in [1, {MAX_N_LAYER}]"
+        ) from None
+    size = head.get("record_bytes")
+    if isinstance(size, bool) or size != dt.itemsize:
+        raise ValueError(
+            f"{head_path!r}: record_bytes is {size!r}; expected {dt.itemsize} for n_layer {L}"
+        )
+    if head.get("dtype") != json.loads(json.dumps(np.lib.format.dtype_to_descr(dt))):
+        raise ValueError(f"{head_path!r}: dtype is not the records of n_layer {L}")
+    return dt
+
+
+def _count(v: int) -> str:
+    """A step as a line shows it: 6, or 8e18 for what only damage gives."""
+    return str(v) if abs(v) < 10**6 else f"{v:.0e}".replace("e+", "e")
+
+
+def _first_damaged(records: np.ndarray) -> tuple[int, str | None]:
+    """(index of the first record no run writes, why), or (N, None) when all are sound."""
+    step = records["step"]  # (N,) int64
+    prev = np.concatenate([[-1], step[:-1]])  # (N,) the step before each record's
+    with np.errstate(invalid="ignore"):
+        bad_step = (step < 0) | (step >= MAX_STEP) | ((step <= prev) & (np.arange(len(step)) > 0))
+        bad_lr = ~np.isfinite(records["lr"]) | (records["lr"] < 0)
+    bad = bad_step | (records["clipped"] > 1) | bad_lr  # (N,)
+    if not bad.any():
+        return len(records), None
+    k = int(np.argmax(bad))
+    if bad_step[k]:
+        after = f" after {_count(int(prev[k]))}" if k else ""
+        return k, f"step {_count(int(step[k]))}{after}"
+    if records["clipped"][k] > 1:
+        return k, f"clipped is {int(records['clipped'][k])}, not 0 or 1"
+    return k, f"lr is {float(records['lr'][k]):g}"
 
 
 class DynamicsMonitor:

@@ -166,7 +166,7 @@ def forward_step(model: GPT, idx: np.ndarray, cache: KVCache) -> np.ndarray:
             return out, None
 
         def f_mlp(h, mlp=mlp):
-            return mlp_forward(h, *mlp)
+            return mlp_forward(h, *mlp, activation=cfg.activation)
 
         for ln, f in (("ln1", f_attn), ("ln2", f_mlp)):  # the block's two sublayers
             g, b = p.get(f"{pre}.{ln}.g"), p.get(f"{pre}.{ln}.b")

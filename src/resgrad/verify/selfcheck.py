@@ -44,6 +44,8 @@ from resgrad.nn.layers import (
     embedding_backward,
     embedding_forward,
     gelu_backward,
+    gelu_erf_backward,
+    gelu_erf_forward,
     gelu_forward,
     layernorm_backward,
     layernorm_forward,
@@ -256,6 +258,7 @@ def layer_checks(seed: int = 0) -> list[CheckResult]:
     for name, fwd, bwd, xin in (
         ("tanh", tanh_forward, tanh_backward, x),
         ("gelu (tanh approx.)", gelu_forward, gelu_backward, 2 * x),
+        ("gelu (exact, erf)", gelu_erf_forward, gelu_erf_backward, 2 * x),
         # no entry within 0.1 of ReLU's kink at 0
         ("relu", relu_forward, relu_backward, np.where(np.abs(x) < 0.1, 0.5, x)),
     ):
