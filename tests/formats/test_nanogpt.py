@@ -157,6 +157,20 @@ def test_a_model_field_that_is_not_a_dict_is_one_line(torch, tmp_path):
         assert f"field {field!r} is a {type(value).__name__}; expected a dict" in msg
 
 
+@pytest.mark.parametrize("kind", ["int8", "int64", "bool"])
+def test_integer_or_bool_weights_are_refused_by_name_not_cast(torch, tmp_path, kind):
+    """A cast int8 weight is all zeros: the model would train with gradient norm 0."""
+    ckpt = _nanogpt_ckpt(torch, GPT(CFG, seed=0))
+    k = "transformer.h.0.attn.c_attn.weight"
+    ckpt["model"][k] = ckpt["model"][k].to(getattr(torch, kind))
+    torch.save(ckpt, tmp_path / "int.pt")
+    with pytest.raises(ValueError) as e:
+        load_nanogpt_ckpt(tmp_path / "int.pt")
+    msg = str(e.value)
+    assert "\n" not in msg and str(tmp_path / "int.pt") in msg
+    assert f"tensor {k!r} has dtype torch.{kind}; expected floating-point weights" in msg
+
+
 class _RunsCode:
     """A pickle that, when loaded the unsafe way, runs a shell command."""
 

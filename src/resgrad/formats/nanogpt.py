@@ -98,6 +98,11 @@ def read_nanogpt_ckpt(path: str | os.PathLike, dtype: Any = np.float32) -> NanoG
     for k, v in ckpt["model"].items():
         if not isinstance(v, torch.Tensor):
             raise ValueError(f"{name!r}: state dict entry {k!r} is not a tensor")
+        if not v.is_floating_point():  # cast, an int8 weight would be all zeros: refuse it
+            raise ValueError(
+                f"{name!r}: tensor {k!r} has dtype {v.dtype}; expected floating-point weights "
+                "(float16, bfloat16, float32, float64)"
+            )
         state[k] = v.detach().to("cpu", want).numpy()
     model = nanogpt_state_to_params(ckpt["model_args"], state, dtype=dtype, where=name)
     return NanoGPTCheckpoint(model, config)
