@@ -246,6 +246,17 @@ def test_a_cells_row_is_recomputed_from_its_run_files(tmp_path, data):
         assert r["lr"] == pytest.approx(want, rel=1e-12), it
 
 
+def test_best_val_loss_is_the_best_evaluation_not_the_last(tmp_path, data):
+    """A run whose validation loss rose after its best evaluation (lr 0.03, no clipping): the
+    row's best_val_loss is the minimum over every evaluation, val_loss the last one's."""
+    cell = _cell(tmp_path, data, lrs=(3e-2,), warmups=(0,), eval_interval=4, grad_clip=0.0)
+    (row,) = E.run_cell(cell)
+    with open(os.path.join(cell.out_dir, "metrics.jsonl")) as f:
+        vals = [r["val_loss"] for r in map(json.loads, f) if r["kind"] == "eval"]
+    assert len(vals) == 4 and min(vals) < vals[-1]  # the last evaluation is not the best
+    assert (row["val_loss"], row["best_val_loss"]) == (vals[-1], min(vals))
+
+
 def test_clipping_off_trains_on_the_raw_gradient(tmp_path, data):
     """The warm-up and depth experiments train with grad_clip 0 (off). Off must mean the
     raw gradient: the same run as with a clip no gradient reaches, and unlike a clip of 1,

@@ -73,6 +73,9 @@ def test_a_tokenizer_larger_than_the_model_is_refused():
         check_vocab(bpe, 200, "m")
     with pytest.raises(ValueError, match="outside"):
         bpe.decode([bpe.vocab_size])
+    bpe.decode([0, bpe.vocab_size - 1])  # both ends of the vocabulary: fine
+    with pytest.raises(ValueError, match=rf"token id -1 outside \[0, {bpe.vocab_size}\)"):
+        bpe.decode([5, -1])  # tokenizers' own error would be an OverflowError
 
 
 def test_from_json_refuses_garbage():
