@@ -117,6 +117,7 @@ FLOORS = [
             "lesson",
             "flow",
             "realflow",
+            "paths",
             "claims",
             "explore",
             "runs",

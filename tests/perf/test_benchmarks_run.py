@@ -23,6 +23,7 @@ SMALLEST = {
     "bench_flow.py": (["--repeat", "1"], ()),
     "bench_gradcheck.py": (["--directions", "2", "--repeat", "1"], ()),
     "bench_ops.py": (["--config", "cpu-recipe", "--steps", "1"], ("torch",)),
+    "bench_paths.py": (["--small"], ()),
     "bench_sample.py": (["--config", "cpu-recipe", "--context", "8", "--repeat", "1"], ()),
     "bench_shards.py": (["--seconds", "0.01"], ()),
     "bench_train_recipe.py": (["--iters", "2", "--warmup", "1"], ()),

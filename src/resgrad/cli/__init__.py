@@ -27,6 +27,7 @@ from resgrad.cli import (
     flow_cmds,
     lab_cmds,
     lesson_cmds,
+    paths_cmds,
     train_cmds,
 )
 from resgrad.perf.heap import keep_freed_memory
@@ -37,6 +38,7 @@ COMMAND_MODULES = [
     lesson_cmds,
     check_cmds,
     flow_cmds,
+    paths_cmds,
     train_cmds,
     export_cmds,
     lab_cmds,

@@ -1,0 +1,134 @@
+"""``resgrad paths`` on the lesson, a resgrad run directory, a Hugging Face directory and a
+nanoGPT ckpt.pt: the numbers are the library's, bad input is one line and exit 2."""
+
+import csv
+import io
+import json
+import pickle
+
+import numpy as np
+import pytest
+
+from resgrad.cli import main
+from resgrad.formats.checkpoint import Checkpoint, save_checkpoint
+from resgrad.formats.hf import export_hf
+from resgrad.lab import paths
+from resgrad.lab.lesson import StackConfig
+from resgrad.nn.model import GPT, GPTConfig
+from resgrad.train.bpe import char_tokenizer_json
+from resgrad.train.data import CharTokenizer
+
+CHARS = "abcdefghij klmnopqrs"  # 20 tokens
+TEXT = "abc def ghij klm nopq rs " * 40
+CFG = GPTConfig(vocab_size=len(CHARS), block_size=16, n_layer=2, n_head=2, n_embd=8, init="xavier")
+
+
+@pytest.fixture
+def text_file(tmp_path):
+    p = tmp_path / "text.txt"
+    p.write_text(TEXT, encoding="utf-8")
+    return str(p)
+
+
+def _json(capsys, args):
+    assert main(args) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_lesson_table_json_csv_are_the_librarys(capsys):
+    sp = paths.split(paths.stack_chain(StackConfig(depths=(6,))))
+    out = _json(capsys, ["paths", "lesson", "--depth", "6", "--format", "json", "--threads", "1"])
+    assert out["n"] == 6 and out["seeds"] == 1
+    b0 = out["boundaries"][0]
+    np.testing.assert_allclose(b0["norms"], sp.norms[0], rtol=1e-12)
+    np.testing.assert_allclose(b0["share_proj"], sp.share_proj()[0], rtol=1e-12)
+    assert len(out["boundaries"]) == 7 and len(b0["norms"]) == 7
+    assert out["range90"] == list(paths.effective_range(sp.share_norm()[0]))
+    assert main(["paths", "lesson", "--depth", "6", "--format", "csv"]) == 0
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert [int(r["count"]) for r in rows] == [1, 6, 15, 20, 15, 6, 1]
+    assert main(["paths", "lesson", "--depth", "6", "--veit", "5"]) == 0
+    table = capsys.readouterr().out
+    assert "C(n,k) x mean" in table and "90% of the gradient's norm lies on paths of k = " in table
+    assert main(["paths", "lesson", "--depth", "4", "--plain", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["boundaries"][0]["share_proj"][-1] == 1.0
+
+
+def test_a_run_directory_is_split_on_the_seeds_windows(tmp_path, text_file, capsys):
+    m = GPT(CFG, seed=1, dtype=np.float32)
+    (tmp_path / "run").mkdir()
+    ckpt = Checkpoint(params=m.params, optimizer={}, iteration=0, vocab=CHARS,
+                      config={"model": {**CFG.__dict__}, "train": {}})  # fmt: skip
+    save_checkpoint(tmp_path / "run" / "last.ckpt", ckpt)
+    args = ["paths", str(tmp_path / "run"), "--text", text_file, "--seq", "8", "--batch", "2",
+            "--seeds", "2", "--format", "json"]  # fmt: skip
+    out = _json(capsys, args)
+    ids = CharTokenizer(CHARS).encode(TEXT)
+    splits = paths.model_splits(m, ids, seq=8, batch=2, seeds=(0, 1))
+    assert out["n"] == 4 and out["seeds"] == 2
+    for i, b in enumerate(out["boundaries"]):
+        np.testing.assert_allclose(b["norms"], np.mean([s.norms[i] for s in splits], axis=0),
+                                   rtol=1e-10)  # fmt: skip
+        np.testing.assert_allclose(np.sum(b["share_proj"]), 1.0, rtol=1e-12)
+    assert any(r["share_proj_std"] > 0 for r in out["rows"])  # two batches differ
+
+
+def test_a_hugging_face_directory(tmp_path, text_file, capsys):
+    d = tmp_path / "hf"
+    export_hf(GPT(CFG, seed=0), d, tokenizer_json=char_tokenizer_json(CHARS))
+    assert main(["paths", str(d), "--text", text_file, "--seq", "8", "--batch", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "n = 4 branches" in out and "the parts sum to the gradient to" in out
+    # the built-in corpus holds characters this model's vocabulary lacks: one line, exit 2
+    assert main(["paths", str(d), "--seq", "8", "--batch", "2"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("resgrad paths: error: ") and err.count("\n") == 1, err
+
+
+def test_a_nanogpt_ckpt(torch, tmp_path, capsys):
+    from tests import nanogpt_reference
+
+    chars = sorted(set(TEXT))
+    root = tmp_path / "nanoGPT"
+    (root / "data" / "shakespeare_char").mkdir(parents=True)
+    with open(root / "data" / "shakespeare_char" / "meta.pkl", "wb") as f:
+        pickle.dump({"vocab_size": len(chars), "itos": dict(enumerate(chars)),
+                     "stoi": {c: i for i, c in enumerate(chars)}}, f)  # fmt: skip
+    kw = dict(n_layer=2, n_head=2, n_embd=16, block_size=32, vocab_size=len(chars), bias=False)
+    ref = nanogpt_reference.build(torch, **kw, dtype=torch.float32, seed=4)
+    (root / "out").mkdir()
+    torch.save(nanogpt_reference.train_py_checkpoint(torch, ref, **kw), root / "out" / "ckpt.pt")
+    text = tmp_path / "t.txt"
+    text.write_text(TEXT)
+    out = _json(capsys, ["paths", str(root / "out" / "ckpt.pt"), "--text", str(text), "--seq",
+                         "8", "--batch", "2", "--format", "json"])  # fmt: skip
+    assert out["n"] == 4
+    np.testing.assert_allclose(sum(out["boundaries"][0]["share_proj"]), 1.0, rtol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["paths", "lesson", "--text", "x"], "--text cannot be combined with lesson"),
+        (["paths", "no/such/dir", "--depth", "3"], "--depth cannot be combined with a model"),
+        (["paths", "lesson", "--seeds", "1,1"], "--seeds"),
+        (["paths", "lesson", "--depth", "0"], "--depth"),
+        (["paths", "lesson", "--veit", "0"], "--veit"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2(capsys, args, needle):
+    try:
+        code = main(args)
+    except SystemExit as e:  # argparse's own errors
+        code = e.code
+    assert code == 2
+    err = capsys.readouterr().err
+    assert needle in err and err.count("\n") == 1 and "Traceback" not in err, err
+
+
+def test_a_window_longer_than_the_context_is_one_line(tmp_path, text_file, capsys):
+    d = tmp_path / "hf"
+    export_hf(GPT(CFG, seed=0), d, tokenizer_json=char_tokenizer_json(CHARS))
+    assert main(["paths", str(d), "--text", text_file, "--seq", "17"]) == 2
+    err = capsys.readouterr().err
+    assert "seq 17 is longer than the model's context of 16" in err and err.count("\n") == 1

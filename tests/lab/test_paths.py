@@ -1,0 +1,330 @@
+"""The split of a gradient by path length: exact sums against the model's own backward,
+every path enumerated by its own masked backward, the binomial closed form of a linear
+stack, Veit's sampled estimate against its exact expectation, and a planted bug."""
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+from resgrad.lab import paths
+from resgrad.lab.lesson import StackConfig, run_stack
+from resgrad.nn.blocks import VARIANTS
+from resgrad.nn.model import GPT, GPTConfig
+
+
+def _model(variant, n_layer=2, seed=0, init="xavier"):
+    """A small float64 GPT whose branches carry a real share of the gradient."""
+    cfg = GPTConfig(vocab_size=13, block_size=8, n_layer=n_layer, n_head=2, n_embd=8,
+                    variant=variant, init=init)  # fmt: skip
+    m = GPT(cfg, seed=seed, dtype=np.float64)
+    rng = np.random.default_rng(seed + 100)
+    for k, a in m.params.items():
+        if k.endswith(".alpha"):
+            a[:] = rng.uniform(0.3, 0.8)  # rezero's alpha, away from its init of 0
+        elif k.endswith((".b", "b_qkv", "b_fc", "b_proj")):
+            a[:] = rng.standard_normal(a.shape) * 0.1  # biases, so their gradients are split too
+        elif k.endswith("w_proj"):
+            a *= 3.0  # branches loud enough that every path length matters
+    return m
+
+
+def _chain(variant, n_layer=2, seed=0, B=2, T=6):
+    m = _model(variant, n_layer, seed)
+    ids = np.random.default_rng(seed).integers(0, 13, size=(B, T + 1))  # (B, T + 1)
+    return m, ids, paths.gpt_chain(m, ids[:, :-1], ids[:, 1:])
+
+
+def _rel(a, b):
+    return np.linalg.norm(a - b) / np.linalg.norm(b)
+
+
+# ----------------------------------------------------------------- the parts sum exactly
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_parts_sum_to_the_models_own_gradient(variant):
+    m, ids, chain = _chain(variant, n_layer=3)
+    sp = paths.split(chain, keep=True)
+    # the referee: a fresh forward and GPT's own backward_stream, not the chain's copy
+    _, _, cache = m.forward(ids[:, :-1], ids[:, 1:])
+    grads, dxs = m.backward_stream(cache)
+    assert len(sp.parts) == 4 and sp.keys == tuple(range(7))
+    for i, g in enumerate(dxs):
+        assert _rel(sum(sp.parts[i].values()), g) < 1e-12, i
+        assert np.isclose(sp.full_norms[i], np.linalg.norm(g), rtol=1e-14)
+    assert sp.sum_errors.max() < 1e-12
+    for name, g in grads.items():
+        parts = sp.param_parts[name]
+        assert parts, name
+        assert _rel(sum(parts.values()), g) < 1e-12, name
+        # the norms and projections reported are those of the kept parts
+        for k, p in parts.items():
+            assert np.isclose(sp.param_norms[name][k], np.linalg.norm(p), rtol=1e-12)
+            assert np.isclose(sp.param_dots[name][k], np.vdot(p, g), rtol=1e-9, atol=1e-300)
+    # projection shares sum to 1 at every boundary, exactly as the parts sum
+    np.testing.assert_allclose(sp.share_proj().sum(axis=1), 1.0, rtol=1e-12)
+    np.testing.assert_allclose(sp.share_norm().sum(axis=1), 1.0, rtol=1e-12)
+    assert sp.vjps == sum(range(1, 7)) - (15 if variant == "none" else 0)  # n(n+1)/2, or n
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_the_split_is_not_trivial(variant):
+    """Every scheme with a skip spreads the gradient at x_0 over several k (else the
+    brute-force comparison below would prove little)."""
+    _, _, chain = _chain(variant, n_layer=3)
+    sp = paths.split(chain)
+    big = (sp.norms[0] > 1e-3 * sp.full_norms[0]).sum()
+    assert big == 1 if variant == "none" else big >= 5
+
+
+def test_identity_path_is_the_top_gradient_unchanged_where_the_skip_is_the_identity():
+    for variant in ("pre-ln", "residual", "rezero"):
+        _, _, chain = _chain(variant)
+        sp = paths.split(chain, keep=True)
+        assert np.array_equal(sp.parts[0][0], chain.dtop)  # k = 0: no weight matrix passed
+        assert np.array_equal(sp.parts[2][0], chain.dtop)
+    # post-ln's identity path passes the LayerNorms: not the top gradient
+    _, _, chain = _chain("post-ln")
+    assert not np.allclose(paths.split(chain, keep=True).parts[0][0], chain.dtop)
+
+
+def test_none_puts_everything_at_k_equal_2L():
+    L = 3
+    _, _, chain = _chain("none", n_layer=L)
+    sp = paths.split(chain, keep=True)
+    for i in range(L + 1):
+        k = 2 * (L - i)  # the only path from the loss to x_i passes every branch above it
+        assert list(sp.parts[i]) == [k]
+        assert sp.norms[i, k] == pytest.approx(sp.full_norms[i], rel=1e-14)
+        assert np.count_nonzero(sp.norms[i]) == 1
+        assert sp.share_proj()[i, k] == pytest.approx(1.0, rel=1e-12)
+    # the tied wte: the head's gradient at k = 0, the embedding's at k = 2L, nothing between
+    nz = np.flatnonzero(sp.param_norms["wte"])
+    assert nz.tolist() == [0, 2 * L]
+    assert np.flatnonzero(sp.param_norms["wpe"]).tolist() == [2 * L]
+    # block i's weights sit under 2(L - 1 - i) (MLP) and 2(L - 1 - i) + 1 (attention) branches
+    assert np.flatnonzero(sp.param_norms["blocks.0.mlp.w_fc"]).tolist() == [2 * L - 2]
+    assert np.flatnonzero(sp.param_norms["blocks.0.attn.w_qkv"]).tolist() == [2 * L - 1]
+
+
+def test_parameters_take_the_k_of_the_gradient_entering_their_branch():
+    """The top block's MLP sees only the k = 0 gradient; its attention k = 0 and 1; ln_f
+    and post-ln's trunk norms the k of the gradient reaching them."""
+    _, _, chain = _chain("pre-ln", n_layer=2)
+    sp = paths.split(chain, keep=True)
+    assert np.flatnonzero(sp.param_norms["blocks.1.mlp.w_fc"]).tolist() == [0]
+    assert np.flatnonzero(sp.param_norms["blocks.1.attn.w_qkv"]).tolist() == [0, 1]
+    assert np.flatnonzero(sp.param_norms["blocks.0.attn.w_qkv"]).tolist() == [0, 1, 2, 3]
+    assert np.flatnonzero(sp.param_norms["ln_f.g"]).tolist() == [0]
+    _, _, chain = _chain("post-ln", n_layer=2)
+    sp = paths.split(chain, keep=True)
+    assert np.flatnonzero(sp.param_norms["blocks.1.ln2.g"]).tolist() == [0]  # on the trunk
+    assert np.flatnonzero(sp.param_norms["blocks.1.ln1.g"]).tolist() == [0, 1]
+
+
+def test_tied_wte_gets_the_heads_part_at_k0_and_the_lookups_parts_by_k():
+    m, ids, chain = _chain("pre-ln", n_layer=2)
+    sp = paths.split(chain, keep=True)
+    head = chain.top["wte"]  # (V, C) the LM head's gradient
+    used = np.unique(ids[:, :-1])
+    unused = np.setdiff1d(np.arange(13), used)
+    for k in range(1, 5):  # the lookup's parts live only in the rows of tokens in the batch
+        assert not sp.param_parts["wte"][k][unused].any()
+    # k = 0: the head's gradient, plus the lookup's k = 0 part in the used rows
+    assert np.array_equal(sp.param_parts["wte"][0][unused], head[unused])
+    x0 = sp.parts[0][0].reshape(-1, 8)  # (B*T, C) the k = 0 stream at x_0
+    row = np.zeros((13, 8))
+    np.add.at(row, ids[:, :-1].reshape(-1), x0)
+    np.testing.assert_allclose(sp.param_parts["wte"][0], head + row, rtol=1e-13, atol=1e-17)
+
+
+# ----------------------------------------------------------------- every path, one by one
+
+
+def _enumerated(chain):
+    """Every path's gradient at x_0 by its own masked backward, summed per k and per (a, m)."""
+    by_k, by_am = {}, {}
+    kinds = [s.kind for s in chain.steps]
+    for bits in itertools.product((0, 1), repeat=chain.n):
+        S = [j for j, b in enumerate(bits) if b]
+        g = paths.path_gradient(chain, S)
+        a = sum(1 for j in S if kinds[j] == 0)
+        by_k[len(S)] = by_k.get(len(S), 0) + g
+        by_am[a, len(S) - a] = by_am.get((a, len(S) - a), 0) + g
+    return by_k, by_am
+
+
+def _brute_force_error(chain):
+    """Max over k of ||enumerated part_k - split's part_k|| / ||dL/dx_0||."""
+    sp = paths.split(chain, keep=True)
+    by_k, _ = _enumerated(chain)
+    g = chain.ref_stream[0]
+    zero = np.zeros_like(g)
+    return max(np.linalg.norm(by_k[k] - sp.parts[0].get(k, zero)) for k in by_k) / np.linalg.norm(g)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_every_path_enumerated_equals_the_per_k_parts(variant):
+    _, _, chain = _chain(variant, n_layer=4)  # n = 8 branches, 256 paths
+    assert _brute_force_error(chain) < 1e-10
+
+
+def test_every_path_of_ten_branches_and_the_joint_split():
+    _, _, chain = _chain("pre-ln", n_layer=5, seed=3)  # n = 10, 1024 paths
+    assert chain.n == 10
+    sp = paths.split(chain, joint=True, keep=True)
+    _, by_am = _enumerated(chain)
+    g = chain.ref_stream[0]
+    for key, part in by_am.items():
+        assert np.linalg.norm(part - sp.parts[0][key]) < 1e-10 * np.linalg.norm(g), key
+
+
+def test_every_path_of_the_lesson_stack_equals_the_per_k_parts():
+    chain = paths.stack_chain(StackConfig(depths=(9,), scale=1.5), residual=True)
+    assert _brute_force_error(chain) < 1e-10
+
+
+def test_a_branch_counted_at_the_wrong_k_is_caught(monkeypatch):
+    """The planted bug: MLP branches leave k unchanged. The parts still sum to the whole
+    gradient (that test cannot see it); the enumeration of every path does."""
+    _, _, chain = _chain("pre-ln", n_layer=3)
+    good = paths._bump
+
+    def bad(key, kind):
+        return key if kind == 1 else good(key, kind)
+
+    monkeypatch.setattr(paths, "_bump", bad)
+    sp = paths.split(chain, keep=True)
+    assert sp.sum_errors.max() < 1e-12  # blind to it
+    assert _brute_force_error(chain) > 1e-3  # caught
+    monkeypatch.setattr(paths, "_bump", good)
+    assert _brute_force_error(chain) < 1e-10
+
+
+# ----------------------------------------------------------------- the joint split
+
+
+@pytest.mark.parametrize("variant", ["pre-ln", "post-ln", "rezero"])
+def test_the_joint_split_sums_to_the_per_k_split(variant):
+    _, _, chain = _chain(variant, n_layer=3)
+    sk = paths.split(chain, keep=True)
+    sj = paths.split(chain, joint=True, keep=True)
+    assert sj.keys == tuple(itertools.product(range(4), range(4)))
+    for i in range(4):
+        for k in range(7):
+            same_k = [sj.parts[i][am] for am in sj.parts[i] if sum(am) == k]
+            if k in sk.parts[i]:
+                assert _rel(sum(same_k), sk.parts[i][k]) < 1e-12, (i, k)
+            # projections are linear in the part: they add exactly across (a, m)
+            cols = [j for j, am in enumerate(sj.keys) if sum(am) == k]
+            assert sj.dots[i, cols].sum() == pytest.approx(sk.dots[i, k], rel=1e-9, abs=1e-30)
+    for name in chain.ref_params:
+        for k in range(7):
+            cols = [j for j, am in enumerate(sj.keys) if sum(am) == k]
+            assert sj.param_dots[name][cols].sum() == pytest.approx(
+                sk.param_dots[name][k], rel=1e-9, abs=1e-30
+            )
+    # n(n+1)/2 VJPs for the per-k split; the joint split does more (one per (a, m) pair)
+    assert sk.vjps == 21 and sj.vjps > sk.vjps
+
+
+# ----------------------------------------------------------------- the lesson's stack
+
+
+def test_the_lessons_stack_parts_sum_to_its_gradient_and_the_plain_stack_is_all_at_N():
+    cfg = StackConfig()
+    chain = paths.stack_chain(cfg)  # N = 20, the lesson's table
+    sp = paths.split(chain)
+    prof = run_stack(cfg, 20, residual=True)
+    np.testing.assert_allclose(sp.full_norms, prof.grad_norms, rtol=1e-13)
+    assert sp.sum_errors.max() < 1e-12
+    assert sp.norms[0, 0] == pytest.approx(cfg.upstream_norm)  # the highway: ones, norm 8
+    plain = paths.split(paths.stack_chain(cfg, residual=False))
+    assert np.flatnonzero(plain.norms[0]).tolist() == [20]
+    assert plain.norms[0, 20] == pytest.approx(run_stack(cfg, 20, residual=False).grad_norms[0])
+
+
+def test_a_linear_stack_matches_the_binomial_closed_form():
+    """E||part_k||^2 = C(n, k) sigma^(2k) ||dout||^2 for x + x W, W_ij ~ N(0, sigma^2 / C)
+    (Veit et al.'s setting): cross terms between distinct paths vanish in expectation."""
+    n, sigma, S = 6, 0.7, 400
+    cfgs = [StackConfig(depths=(n,), scale=sigma, width=32, batch=2, seed=s) for s in range(S)]
+    chains = [paths.stack_chain(c, activation="linear") for c in cfgs]
+    sq = np.array([paths.split(c).norms[0] ** 2 / 64.0 for c in chains])  # (S, n + 1)
+    expect = np.array([math.comb(n, k) * sigma ** (2 * k) for k in range(n + 1)])
+    mean, se = sq.mean(axis=0), sq.std(axis=0, ddof=1) / math.sqrt(S)
+    assert sq[:, 0] == pytest.approx(1.0)  # the identity path is exact, every seed
+    assert (np.abs(mean[1:] - expect[1:]) < 4 * se[1:]).all(), (mean, expect, se)
+    assert (np.abs(mean / expect - 1) < 0.1).all()
+    # a wrong sigma (the bump counting one k too many) would be many standard errors off
+    wrong = np.array([math.comb(n, k) * sigma ** (2 * k + 2) for k in range(n + 1)])
+    assert (np.abs(mean[1:] - wrong[1:]) > 4 * se[1:]).all()
+
+
+# ----------------------------------------------------------------- Veit's protocol
+
+
+def test_veits_sampled_estimate_converges_to_its_exact_expectation():
+    chain = paths.stack_chain(StackConfig(depths=(8,), scale=1.5))
+    exact = paths.veit_exact(chain)
+    assert exact.count.tolist() == [math.comb(8, k) for k in range(9)]
+    np.testing.assert_allclose(exact.total, exact.count * exact.mean)
+    errs = []
+    for N in (10, 100, 1000):
+        est = paths.veit_sample(chain, samples=N, seed=7)
+        err = np.abs(est.mean - exact.mean)
+        assert (err <= 4 * exact.std / math.sqrt(N) + 1e-12).all(), N  # within sampling error
+        errs.append((err / exact.mean).max())
+    assert errs[2] < errs[0] and errs[2] < 0.05
+    # one path of length 0 and one of length n: sampling them is exact
+    est = paths.veit_sample(chain, samples=3, seed=0, ks=[0, 8])
+    np.testing.assert_allclose(est.mean, exact.mean[[0, 8]], rtol=1e-14)
+    assert (
+        paths.veit_sample(chain, 5, seed=1).mean.tolist()
+        == paths.veit_sample(chain, 5, seed=1).mean.tolist()
+    )  # seeded
+
+
+def test_veits_magnitudes_bound_the_exact_split_from_above():
+    """Figure 6(c) sums magnitudes: by the triangle inequality it bounds ||part_k||."""
+    _, _, chain = _chain("pre-ln", n_layer=3)
+    sp, ve = paths.split(chain), paths.veit_exact(chain)
+    assert (sp.norms[0] <= ve.total * (1 + 1e-12)).all()
+    assert (sp.norms[0][2:] < 0.999 * ve.total[2:]).any()  # cancellation is real
+
+
+# ----------------------------------------------------------------- reading and refusing
+
+
+def test_effective_range_and_the_table():
+    assert paths.effective_range([0.05, 0.5, 0.4, 0.05]) == (1, 2)
+    assert paths.effective_range([1.0, 0, 0]) == (0, 0)
+    assert paths.effective_range([0.25] * 4, mass=1.0) == (0, 3)
+    assert paths.effective_range([0.1, 0.45, 0.0, 0.45]) == (1, 3)
+    _, _, chain = _chain("pre-ln")
+    sp = paths.split(chain)
+    rows = paths.path_table([sp, sp])
+    assert [r.count for r in rows] == [1, 4, 6, 4, 1]
+    assert sum(r.share_proj for r in rows) == pytest.approx(1.0)
+    assert all(r.share_proj_std == 0 for r in rows)
+
+
+def test_bad_input_is_refused_naming_the_value():
+    _, _, chain = _chain("pre-ln")
+    with pytest.raises(ValueError, match="branch 4 is not one of the chain's 0..3"):
+        paths.path_gradient(chain, [4])
+    with pytest.raises(ValueError, match="samples must be a positive integer, got 0"):
+        paths.veit_sample(chain, 0, seed=0)
+    with pytest.raises(ValueError, match="path length 5 is outside 0..4"):
+        paths.veit_sample(chain, 1, seed=0, ks=[5])
+    with pytest.raises(ValueError, match="unknown activation 'relu'"):
+        paths.stack_chain(activation="relu")
+    with pytest.raises(ValueError, match="mass must be in"):
+        paths.effective_range([1.0], mass=0)
+    with pytest.raises(ValueError, match="joint"):
+        paths.path_table([paths.split(chain, joint=True)])
+    big = paths.stack_chain(StackConfig(depths=(17,)))
+    with pytest.raises(ValueError, match="131072 paths to enumerate"):
+        paths.veit_exact(big)
