@@ -60,6 +60,7 @@ LOOP_DYNAMICS = ("tests/train/test_loop.py", "tests/train/test_dynamics.py")
 MODEL = ("tests/nn/test_model.py",)
 NANOGPT = ("tests/formats/test_nanogpt.py",)
 OPTIM = ("tests/train/test_optim.py",)
+PATHS = ("tests/lab/test_paths.py",)
 PLOTS = ("tests/test_plots.py",)
 PRETRAINED = ("tests/train/test_pretrained.py",)
 PRETRAINED_CLI_PRETRAINED = ("tests/train/test_pretrained.py", "tests/cli/test_cli_pretrained.py")
@@ -511,8 +512,8 @@ MUTANTS = [
            '_float("grad_clip", self.grad_clip, 0.0)',
            '_float("grad_clip", self.grad_clip, 0.0, lo_open=True)', LOOP_CHECKPOINT_COMPAT),
     Mutant('config: lr may change on resume', 'train/config.py',
-           'RESUMABLE = ("max_iters", "eval_interval", "eval_iters", "data", "out_dir", "resume")',
-           'RESUMABLE = ("max_iters", "eval_interval", "eval_iters", "data", "out_dir", "resume", "lr")', LOOP_CHECKPOINT_COMPAT),
+           'RESUMABLE = ("max_iters", ',
+           'RESUMABLE = ("lr", "max_iters", ', LOOP_CHECKPOINT_COMPAT),
     Mutant('config: resume_config checks the merged config before naming the change', 'train/config.py',
            '    _refuse_changes({k: v for k, v in overrides.items() if k in fields}, saved, path)\n',
            '', LOOP_CHECKPOINT_COMPAT),
@@ -608,6 +609,34 @@ MUTANTS = [
     Mutant('realflow: a text of T tokens passes the length check', 'lab/realflow.py',
            'if len(ids) < seq + 1:',
            'if len(ids) < seq:', REALFLOW),
+    # -- lab/paths.py (9)
+    Mutant("paths: post-ln's branch VJP skips the trunk's LayerNorm", 'lab/paths.py',
+           "dx, gb = s.branch(t)  # the branch's VJP ...",
+           "dx, gb = s.branch(d)  # the branch's VJP ...", PATHS),
+    Mutant("paths: branch weights take the key after the branch", 'lab/paths.py',
+           'add_params(j, key, {**g, **gb})  # parameters in the branch: the entering key',
+           'add_params(j, up, {**g, **gb})  # parameters in the branch: the entering key', PATHS),
+    Mutant('paths: the tied wte loses the LM head\'s part (k = 0)', 'lab/paths.py',
+           'top: dict[str, Any] = {"wte": dwte_head}',
+           'top: dict[str, Any] = {}', PATHS),
+    Mutant('paths: share of norm over ||dL/dx_i||, not the parts\' sum', 'lab/paths.py',
+           'total = self.norms.sum(axis=1, keepdims=True)  # (L + 1, 1)',
+           'total = self.full_norms[:, None]  # (L + 1, 1)', PATHS),
+    Mutant('paths: projection shares over ||g||, not ||g||^2', 'lab/paths.py',
+           'sq = np.square(self.full_norms)[:, None]  # (L + 1, 1)',
+           'sq = self.full_norms[:, None]  # (L + 1, 1)', PATHS),
+    Mutant("paths: Veit's sample may pass one branch twice", 'lab/paths.py',
+           'rng.choice(chain.n, size=k, replace=False)',
+           'rng.choice(chain.n, size=k, replace=True)', PATHS),
+    Mutant('paths: the 90% range\'s cumulative sum lacks its leading 0', 'lab/paths.py',
+           'c = np.concatenate([[0.0], np.cumsum(s)])  # (K + 1,)',
+           'c = np.cumsum(s)  # (K + 1,)', PATHS),
+    Mutant("paths: model_veit samples each batch with its window seed", 'lab/paths.py',
+           'out.append(veit_sample(gpt_chain(model, w[:, :-1], w[:, 1:]), samples, sample_seed))',
+           'out.append(veit_sample(gpt_chain(model, w[:, :-1], w[:, 1:]), samples, s))', PATHS),
+    Mutant('paths: the figure draws the top boundary x_L, not x_0', 'lab/paths.py',
+           'norms0 = np.array([s.norms[0] for s in splits])  # (S, K) ||part_k|| at x_0',
+           'norms0 = np.array([s.norms[-1] for s in splits])  # (S, K) ||part_k|| at x_0', PATHS),
     # -- lab/claims.py (5)
     Mutant('claims: update_size relative to the moved output', 'lab/claims.py',
            'np.linalg.norm(x1 - x0) / np.linalg.norm(x0)',

@@ -74,7 +74,11 @@ def widget_outputs(nb):
 
 def test_there_are_notebooks():
     names = [p.name for p in NOTEBOOKS]
-    assert names == ["01_residual_connections.ipynb", "02_gradient_flow_explorer.ipynb"]
+    assert names == [
+        "01_residual_connections.ipynb",
+        "02_gradient_flow_explorer.ipynb",
+        "03_gradient_paths.ipynb",
+    ]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])

@@ -132,3 +132,79 @@ def test_a_window_longer_than_the_context_is_one_line(tmp_path, text_file, capsy
     assert main(["paths", str(d), "--text", text_file, "--seq", "17"]) == 2
     err = capsys.readouterr().err
     assert "seq 17 is longer than the model's context of 16" in err and err.count("\n") == 1
+
+
+# ----------------------------------------------------------------- plots, seeds, memory
+
+
+def test_plot_writes_the_librarys_figure_and_a_bad_extension_fails_before_any_work(
+    tmp_path, capsys, monkeypatch
+):
+    out = tmp_path / "paths.png"
+    assert main(["paths", "lesson", "--depth", "5", "--seeds", "42,43", "--veit", "3",
+                 "--plot", str(out)]) == 0  # fmt: skip
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    capsys.readouterr()
+
+    def boom(*a, **k):
+        raise AssertionError("the split ran before the extension was checked")
+
+    monkeypatch.setattr(paths, "stack_chain", boom)
+    assert main(["paths", "lesson", "--plot", str(tmp_path / "paths.pdf")]) == 2
+    err = capsys.readouterr().err
+    assert "paths.pdf" in err and ".png or .svg" in err and err.count("\n") == 1, err
+    assert not (tmp_path / "paths.pdf").exists()
+
+
+def test_one_seed_prints_no_spread_and_several_print_mean_and_std(capsys):
+    assert main(["paths", "lesson", "--depth", "4"]) == 0
+    one = capsys.readouterr().out
+    assert "±" not in one and "0.0000 ± 0.0000" not in one and "seeds: 1;" in one
+    assert main(["paths", "lesson", "--depth", "4", "--seeds", "42,43,44"]) == 0
+    three = capsys.readouterr().out
+    assert "seeds: 3 (mean ± std)" in three and three.count("±") >= 2 * 5
+
+
+def test_a_model_defaults_to_three_batches_and_veit_runs_on_each(tmp_path, text_file, capsys):
+    d = tmp_path / "hf"
+    m = GPT(CFG, seed=0)
+    export_hf(m, d, tokenizer_json=char_tokenizer_json(CHARS))
+    out = _json(capsys, ["paths", str(d), "--text", text_file, "--seq", "8", "--batch", "2",
+                         "--veit", "3", "--format", "json"])  # fmt: skip
+    assert out["seeds"] == 3
+    ids = CharTokenizer(CHARS).encode(TEXT)
+    veits = paths.model_veit(m, ids, 8, 2, (0, 1, 2), 3)
+    assert out["veit"]["seeds"] == 3 and out["veit"]["samples"] == 3
+    np.testing.assert_allclose(out["veit"]["mean"], np.mean([v.mean for v in veits], axis=0),
+                               rtol=1e-10)  # fmt: skip
+    total_std = np.std([v.total for v in veits], axis=0)  # (K,) the spread over the batches
+    np.testing.assert_allclose(out["veit"]["total_std"], total_std, rtol=1e-10, atol=1e-300)
+
+
+def test_seeds_help_names_the_defaults(capsys):
+    with pytest.raises(SystemExit):
+        main(["paths", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "default for a model: 3, mean ± std over the batches of seeds 0, 1, 2" in text
+
+
+@pytest.mark.parametrize(
+    "extra", [["lesson", "--depth", "100000000"], ["HF", "--batch", "100000000"]]
+)
+def test_an_absurd_size_is_refused_in_one_line_before_allocating(
+    tmp_path, text_file, capsys, monkeypatch, extra
+):
+    if extra[0] == "HF":
+        extra[0] = str(tmp_path / "hf")
+        export_hf(GPT(CFG, seed=0), extra[0], tokenizer_json=char_tokenizer_json(CHARS))
+        extra += ["--text", text_file, "--seq", "8"]
+
+    def boom(*a, **k):
+        raise AssertionError("allocated before the estimate")
+
+    monkeypatch.setattr(paths, "stack_chain", boom)
+    monkeypatch.setattr(paths, "model_splits", boom)
+    assert main(["paths", *extra]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("resgrad paths: ") and "would need about" in err, err
+    assert err.count("\n") == 1 and "Traceback" not in err

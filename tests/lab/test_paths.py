@@ -328,3 +328,107 @@ def test_bad_input_is_refused_naming_the_value():
     big = paths.stack_chain(StackConfig(depths=(17,)))
     with pytest.raises(ValueError, match="131072 paths to enumerate"):
         paths.veit_exact(big)
+
+
+# ----------------------------------------------------------------- figures
+
+
+def _lesson_splits(seeds, depth=6):
+    chains = [paths.stack_chain(StackConfig(depths=(depth,), scale=1.5, seed=s)) for s in seeds]
+    return [paths.split(c) for c in chains], [paths.veit_sample(c, 20, seed=0) for c in chains]
+
+
+def _lines(ax):
+    return {ln.get_label(): np.asarray(ln.get_ydata(), float) for ln in ax.get_lines()}
+
+
+def test_the_figure_draws_the_splits_numbers_mean_over_seeds_with_their_band():
+    splits, veits = _lesson_splits((42, 43, 44))
+    fig = paths.path_figure(splits, veits, "lesson")
+    ax_a, ax_b, ax_c = fig.axes[:3]
+    ax_h, ax_s = [a for a in fig.axes if a.images]  # the mean share and its spread
+    assert ax_h is fig.axes[3]
+    assert [p.get_height() for p in ax_a.patches[:7]] == [math.comb(6, k) for k in range(7)]
+    (b,) = _lines(ax_b).values()
+    np.testing.assert_allclose(b, np.mean([v.mean for v in veits], axis=0), rtol=1e-14)
+    c = _lines(ax_c)
+    veit_c = next(v for k, v in c.items() if k.startswith("Veit"))
+    exact_c = next(v for k, v in c.items() if k.startswith("exact"))
+    np.testing.assert_allclose(veit_c, np.mean([v.total for v in veits], axis=0), rtol=1e-14)
+    np.testing.assert_allclose(exact_c, np.mean([s.norms[0] for s in splits], axis=0), rtol=1e-14)
+    assert (exact_c <= veit_c * (1 + 1e-9)).all()  # a vector sum under the sum of magnitudes
+    # a min..max band around every line of (b) and (c): three seeds differ
+    assert len(ax_b.collections) == 1 and len(ax_c.collections) == 2
+    band = ax_c.collections[-1].get_paths()[0].vertices[:, 1]
+    lo = np.min([s.norms[0] for s in splits], axis=0)
+    assert np.isclose(band.min(), lo.min())
+    # the heatmap: the mean share by (boundary, k), 7 boundaries, one 90% outline each
+    img = ax_h.images[0].get_array()
+    mean = np.mean([s.share_norm() for s in splits], axis=0)  # (7, 7)
+    assert img.shape == (7, 7) and img.mask[6, 1:].all() and not img.mask[0].any()
+    np.testing.assert_allclose(img[~img.mask], np.maximum(mean, paths.HEAT_FLOOR)[~img.mask])
+    assert len([p for p in ax_h.patches if not p.get_fill()]) == 7
+    std = np.std([s.share_norm() for s in splits], axis=0)
+    np.testing.assert_allclose(ax_s.images[0].get_array()[0], std[0])
+
+
+def test_with_one_seed_and_no_veit_the_figure_says_so_and_draws_no_band():
+    splits, _ = _lesson_splits((42,))
+    fig = paths.path_figure(splits)
+    ax_b, ax_c = fig.axes[1], fig.axes[2]
+    (label,) = _lines(ax_b)
+    assert "exact ||part_k|| / C(n, k)" in label and "not sampled" in ax_b.get_title(loc="left")
+    count = np.array([math.comb(6, k) for k in range(7)])
+    np.testing.assert_allclose(_lines(ax_b)[label], splits[0].norms[0] / count, rtol=1e-14)
+    assert list(_lines(ax_c)) == ["exact: ||part_k|| (vector sum)"]
+    assert not ax_b.collections and not ax_c.collections
+    assert len([a for a in fig.axes if a.images]) == 1  # no spread panel
+    assert "one seed" in fig._suptitle.get_text()
+
+
+def test_save_path_figure_writes_png_or_svg_and_refuses_a_bad_extension_first(
+    tmp_path, monkeypatch
+):
+    splits, veits = _lesson_splits((42, 43))
+    paths.save_path_figure(tmp_path / "f.png", splits, veits)
+    paths.save_path_figure(tmp_path / "f.svg", splits)
+    assert (tmp_path / "f.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert b"<svg" in (tmp_path / "f.svg").read_bytes()[:500]
+
+    def boom(*a, **k):
+        raise AssertionError("drawn before the extension was checked")
+
+    monkeypatch.setattr(paths, "path_figure", boom)
+    with pytest.raises(ValueError, match="expected a file name ending in .png or .svg"):
+        paths.save_path_figure(tmp_path / "f.pdf", splits)
+    assert not (tmp_path / "f.pdf").exists()
+
+
+def test_the_figure_refuses_what_it_cannot_draw():
+    splits, veits = _lesson_splits((42,))
+    other, _ = _lesson_splits((42,), depth=5)
+    with pytest.raises(ValueError, match="at least one split"):
+        paths.path_figure([])
+    with pytest.raises(ValueError, match="the same n"):
+        paths.path_figure(splits + other)
+    with pytest.raises(ValueError, match="every k = 0..6"):
+        paths.path_figure(splits, [paths.veit_sample(paths.stack_chain(StackConfig(depths=(6,))),
+                                                     3, seed=0, ks=[0, 1])])  # fmt: skip
+    _, _, chain = _chain("pre-ln")
+    with pytest.raises(ValueError, match="joint"):
+        paths.path_figure([paths.split(chain, joint=True)])
+
+
+def test_model_veit_samples_each_seeds_windows():
+    from resgrad.lab.realflow import text_windows
+
+    m = _model("pre-ln")
+    ids = np.random.default_rng(5).integers(0, 13, size=200)
+    got = paths.model_veit(m, ids, seq=6, batch=2, seeds=(0, 3), samples=4)
+    for s, v in zip((0, 3), got):
+        w = text_windows(ids, 6, 2, s)  # (B, T + 1)
+        ref = paths.veit_sample(paths.gpt_chain(m, w[:, :-1], w[:, 1:]), 4, seed=0)
+        np.testing.assert_allclose(v.mean, ref.mean, rtol=1e-12)
+    assert not np.allclose(got[0].mean, got[1].mean)  # two batches, two estimates
+    with pytest.raises(ValueError, match="seq 9 is longer than the model's context of 8"):
+        paths.model_veit(m, ids, seq=9, batch=2, seeds=(0,), samples=1)

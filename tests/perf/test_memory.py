@@ -70,3 +70,36 @@ def test_available_memory_is_read_from_the_system():
     avail = memory.available_bytes()
     assert avail is None or 2**20 < avail < 2**50
     assert memory.format_bytes(512) == "512 B" and memory.format_bytes(1.5 * 2**30) == "1.5 GiB"
+
+
+@pytest.mark.parametrize(
+    "L, C, H, T, B, V",
+    [(2, 32, 2, 16, 4, 20), (6, 64, 4, 32, 2, 65), (12, 32, 4, 16, 4, 256)],
+)
+def test_the_paths_estimate_bounds_the_split_of_a_float32_model(L, C, H, T, B, V):
+    from resgrad.lab.paths import model_splits
+
+    cfg = GPTConfig(vocab_size=V, block_size=T, n_layer=L, n_head=H, n_embd=C)
+    ids = np.random.default_rng(0).integers(0, V, 2000)  # (N,)
+
+    def run():
+        model_splits(GPT(cfg, seed=0, dtype=np.float32), ids, T, B, seeds=(0, 1))
+
+    peak, est = _peak(run), memory.paths_bytes(cfg, T, B)
+    assert peak <= est < 10 * peak
+    # the flow estimate it replaces leaves out the per-k parts: a 12-block split needs more
+    if L == 12:
+        assert memory.pretrained_flow_bytes(cfg, T, B) < peak
+
+
+@pytest.mark.parametrize("N, C, B, S", [(20, 16, 4, 3), (200, 16, 4, 1), (50, 64, 8, 2)])
+def test_the_lesson_paths_estimate_bounds_its_split(N, C, B, S):
+    from resgrad.lab.paths import split, stack_chain
+
+    def run():
+        chains = [stack_chain(StackConfig(depths=(N,), width=C, batch=B, seed=s))
+                  for s in range(S)]  # fmt: skip
+        [split(c) for c in chains]
+
+    peak, est = _peak(run), memory.lesson_paths_bytes(N, C, B, S)
+    assert peak <= est < 10 * peak

@@ -9,11 +9,15 @@ import os
 import numpy as np
 
 from resgrad.cli import _common
+from resgrad.formats.records import to_csv
 from resgrad.lab import paths
 from resgrad.lab.lesson import StackConfig
 from resgrad.perf import memory
+from resgrad.plots import plot_format
 
 FORMATS = ("table", "json", "csv")
+MODEL_SEEDS = (0, 1, 2)  # a model's default --seeds: mean ± std over 3 batches
+LESSON_SEEDS = (42,)  # the lesson's default bank seed: its own table
 ROW_KEYS = list(paths.PathRow._fields)
 
 
@@ -28,7 +32,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         "lesson's tanh stack). The table is for x_0, the embeddings' output: mean and std "
         "over --seeds batches.",
     )
-    p.add_argument("source", metavar="SOURCE", help="run directory, checkpoint, model, or lesson")
+    p.add_argument(
+        "source",
+        metavar="SOURCE",
+        nargs="+",
+        help="run directory, checkpoint, model, or lesson; with --every-checkpoint, one or "
+        "more run directories (e.g. one per seed: mean ± std over them)",
+    )
     p.add_argument("--text", metavar="FILE", help="UTF-8 text (default: the built-in corpus)")
     p.add_argument("--meta", metavar="PATH", help="nanoGPT's meta.pkl for a ckpt.pt")
     p.add_argument("--best", action="store_true", help="a run directory's best.ckpt")
@@ -39,7 +49,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         type=_common.seeds,
         default=None,
         help="batches to average over: a count K (seeds 0..K-1) or a list such as 3,5 or "
-        "3-5 (default: seed 0; for the lesson, the bank seeds, default 42: its own)",
+        "3-5 (default for a model: 3, mean ± std over the batches of seeds 0, 1, 2; for the "
+        "lesson, the seeds of its bank of matrices, default 42: the lesson's own table)",
     )
     p.add_argument("--depth", type=_common.positive_int, default=20,
                    help="the lesson's N (default: 20)")  # fmt: skip
@@ -49,7 +60,21 @@ def register(sub: argparse._SubParsersAction) -> None:
         type=_common.positive_int,
         default=None,
         metavar="N",
-        help="also Veit et al.'s protocol: N sampled single paths per k (first seed only)",
+        help="also Veit et al.'s protocol: N sampled single paths per k, on every seed's "
+        "batch (the table gives their mean)",
+    )
+    p.add_argument(
+        "--plot",
+        metavar="FILE",
+        help="draw Veit et al.'s figure 6 for this model at x_0 (path counts, magnitude per "
+        "path, total by k beside the exact split) and the share by (boundary, k): .png or .svg",
+    )
+    p.add_argument(
+        "--every-checkpoint",
+        action="store_true",
+        help="through training: the split at every ckpt-<iter>.ckpt a run directory kept "
+        "(resgrad train --keep-every N), on the same windows at every step; several run "
+        "directories: the mean and std over them at every step they all kept",
     )
     p.add_argument("--format", choices=FORMATS, default="table", help="output format")
     _common.add_threads(p)
@@ -57,40 +82,37 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _splits(args: argparse.Namespace) -> tuple[list, list, str]:
-    """(splits, chains for --veit, a one-line description of what was measured)."""
+    """(splits, Veit's estimates (--veit) or None, a one-line description of what was
+    measured)."""
     if args.source == "lesson":
         _common.refuse_with(args.argv, ("--text", "--meta", "--best", "--seq", "--batch"),
                             "lesson", "the lesson's stack has its own input")  # fmt: skip
-        seeds = args.seeds or (42,)
+        seeds = args.seeds or LESSON_SEEDS
+        sc = StackConfig(depths=(args.depth,))
+        need = memory.lesson_paths_bytes(args.depth, sc.width, sc.batch, len(seeds))
+        memory.require(need, f"the lesson's stack of depth {args.depth} ({len(seeds)} seed(s))")
         chains = [paths.stack_chain(StackConfig(depths=(args.depth,), seed=s),
                                     residual=not args.plain) for s in seeds]  # fmt: skip
-        return [paths.split(c) for c in chains], chains[:1], f"{chains[0].label} N={args.depth}"
+        veits = [paths.veit_sample(c, args.veit, seed=0) for c in chains] if args.veit else None
+        return [paths.split(c) for c in chains], veits, f"{chains[0].label} N={args.depth}"
     _common.refuse_with(args.argv, ("--depth", "--plain"), "a model",
                         "they shape the lesson's stack")  # fmt: skip
     from resgrad.train.data import default_corpus, read_text
 
     text = read_text(args.text) if args.text is not None else default_corpus()
     model, tok = _load(args)
-    seeds = args.seeds or (0,)
+    _fits(model.cfg, args)  # a run's model is loaded first: its shape is in its checkpoint
+    seeds = args.seeds or MODEL_SEEDS
     ids = tok.encode(text)
     splits = paths.model_splits(model, ids, args.seq, args.batch, seeds)
-    chains = []
+    veits = None
     if args.veit:
-        from resgrad.lab.realflow import text_windows
-
-        w = text_windows(ids, args.seq, args.batch, seeds[0])  # (B, T + 1)
-        m64 = model if model.dtype == np.float64 else None
-        if m64 is None:
-            from resgrad.nn.model import GPT
-
-            m64 = GPT.from_params(model.cfg, {k: v.astype(np.float64)
-                                              for k, v in model.params.items()})  # fmt: skip
-        chains = [paths.gpt_chain(m64, w[:, :-1], w[:, 1:])]
+        veits = paths.model_veit(model, ids, args.seq, args.batch, seeds, args.veit)
     c = model.cfg
     name = os.path.basename(os.path.normpath(args.source))
     return (
         splits,
-        chains,
+        veits,
         f"{name} ({c.variant}, L={c.n_layer}, C={c.n_embd}), T={args.seq} B={args.batch}",
     )
 
@@ -111,42 +133,70 @@ def _load(args: argparse.Namespace):
                         "--best picks a training run's best.ckpt")  # fmt: skip
     from resgrad.train.pretrained import load_pretrained
 
-    def fits(m) -> None:  # before the weights are read; the split needs about n/2 more
-        memory.require(memory.pretrained_flow_bytes(m, args.seq, args.batch),
-                       f"this model (L={m.n_layer} C={m.n_embd} V={m.vocab_size}) on "
-                       f"{args.batch} windows of {args.seq} tokens")  # fmt: skip
+    # the shape from the model's config, before its weights are read
+    return load_pretrained(src, meta=args.meta, fits=lambda m: _fits(m, args))
 
-    return load_pretrained(src, meta=args.meta, fits=fits)
+
+def _fits(m, args: argparse.Namespace) -> None:
+    """Refuse in one line a split that cannot fit in memory (one batch at a time)."""
+    memory.require(memory.paths_bytes(m, args.seq, args.batch),
+                   f"splitting this model (L={m.n_layer} C={m.n_embd} V={m.vocab_size}) on "
+                   f"{args.batch} windows of {args.seq} tokens")  # fmt: skip
 
 
 def cmd_paths(args: argparse.Namespace) -> int:
-    splits, chains, what = _splits(args)
+    if args.plot:
+        plot_format(args.plot)  # a bad extension fails before any work
+    if args.every_checkpoint:
+        return _every_checkpoint(args)
+    if len(args.source) > 1:
+        raise ValueError(f"{len(args.source)} SOURCEs given; several are compared only with "
+                         "--every-checkpoint (one run directory each)")  # fmt: skip
+    args.source = args.source[0]
+    splits, veits, what = _splits(args)
     rows = paths.path_table(splits)
     lo, hi = paths.effective_range([r.share_norm for r in rows])
-    veit = paths.veit_sample(chains[0], args.veit, seed=0) if args.veit and chains else None
+    S = len(splits)
     if args.format == "table":
-        print(f"{what}; seeds: {len(splits)}; n = {splits[0].n} branches; at x_0")
-        head = f"{'k':>3} | {'paths C(n,k)':>12} | {'share of norm':>17} | {'share by proj.':>17}"
-        head += f" | {'Veit mean |g|':>13} | {'C(n,k) x mean':>13}" if veit else ""
+        print(f"{what}; seeds: {S}" + (" (mean ± std)" if S > 1 else "")
+              + f"; n = {splits[0].n} branches; at x_0")  # fmt: skip
+        w = 17 if S > 1 else 14  # one seed: no spread to print
+        head = f"{'k':>3} | {'paths C(n,k)':>12} | {'share of norm':>{w}} | {'share by proj.':>{w}}"
+        if veits:
+            head += f" | {'Veit mean |g|':>13} | {'C(n,k) x mean':>13} | {'||part_k||':>10}"
         print(head + "\n" + "-" * len(head))
+        v_mean = np.mean([v.mean for v in veits], axis=0) if veits else None  # (K,)
+        v_total = np.mean([v.total for v in veits], axis=0) if veits else None  # (K,)
         for r in rows:
-            line = (f"{r.k:>3} | {r.count:>12} | {r.share_norm:>8.4f} ± {r.share_norm_std:<6.4f}"
-                    f" | {r.share_proj:>8.4f} ± {r.share_proj_std:<6.4f}")  # fmt: skip
-            if veit:
-                line += f" | {veit.mean[r.k]:>13.4e} | {veit.total[r.k]:>13.4e}"
+            line = (f"{r.k:>3} | {r.count:>12} | {_pm(r.share_norm, r.share_norm_std, S)}"
+                    f" | {_pm(r.share_proj, r.share_proj_std, S)}")  # fmt: skip
+            if veits:
+                line += f" | {v_mean[r.k]:>13.4e} | {v_total[r.k]:>13.4e} | {r.norm:>10.3e}"
             print(line)
         print(f"90% of the gradient's norm lies on paths of k = {lo}..{hi} "
               f"({sum(r.count for r in rows[lo:hi + 1])} of {2 ** splits[0].n} paths)")  # fmt: skip
+        if veits:
+            vlo, vhi = paths.effective_range(v_total)
+            print(f"Veit: {args.veit} sampled paths per k for each seed, the mean over {S} "
+                  "seed(s); C(n,k) x mean sums magnitudes, the exact ||part_k|| vectors; "
+                  f"90% of the sum of magnitudes lies on k = {vlo}..{vhi}")  # fmt: skip
         err = max(s.sum_errors.max() for s in splits)
         print(f"the parts sum to the gradient to {err:.1e} (relative)")
     elif args.format == "csv":
         print(_common.render_rows(rows, ROW_KEYS, "csv"), end="")
     else:
-        print(json.dumps(_json(splits, rows, (lo, hi), veit, what), indent=2))
+        print(json.dumps(_json(splits, rows, (lo, hi), veits, what), indent=2))
+    if args.plot:
+        paths.save_path_figure(args.plot, splits, veits, what)
     return 0
 
 
-def _json(splits, rows, rng, veit, what) -> dict:
+def _pm(mean: float, std: float, seeds: int) -> str:
+    """``mean ± std`` over the seeds; the mean alone for one seed (it has no spread)."""
+    return f"{mean:>8.4f} ± {std:<6.4f}" if seeds > 1 else f"{mean:>14.4f}"
+
+
+def _json(splits, rows, rng, veits, what) -> dict:
     def ms(a):  # (S, ...) -> mean and std lists over the seeds
         a = np.asarray(a)
         return a.mean(axis=0).tolist(), a.std(axis=0).tolist()
@@ -164,7 +214,96 @@ def _json(splits, rows, rng, veit, what) -> dict:
         "source": what, "n": splits[0].n, "seeds": len(splits),
         "range90": list(rng), "rows": [r._asdict() for r in rows], "boundaries": bounds,
     }  # fmt: skip
-    if veit is not None:
-        out["veit"] = {"samples": veit.samples, "mean": veit.mean.tolist(),
-                       "std": veit.std.tolist(), "total": veit.total.tolist()}  # fmt: skip
+    if veits:
+        # mean and total: over the seeds (their std: the spread over seeds); std: the spread
+        # of single paths' magnitudes within a seed, averaged over the seeds
+        mean, mean_std = ms([v.mean for v in veits])
+        total, total_std = ms([v.total for v in veits])
+        out["veit"] = {"samples": veits[0].samples, "seeds": len(veits), "mean": mean,
+                       "mean_std": mean_std, "std": ms([v.std for v in veits])[0],
+                       "total": total, "total_std": total_std,
+                       "range90": list(paths.effective_range(total))}  # fmt: skip
     return json.loads(json.dumps(out, default=float))
+
+
+CKPT_KEYS = ["iteration", *ROW_KEYS, "range90_lo", "range90_hi"]  # --every-checkpoint's CSV
+
+
+def _every_checkpoint(args: argparse.Namespace) -> int:
+    """``--every-checkpoint``: one line per kept checkpoint (table), or every k (json, csv)."""
+    _common.refuse_with(args.argv, ("--best", "--meta", "--depth", "--plain", "--veit", "--plot"),
+                        "--every-checkpoint", "it reads every checkpoint a run kept, "
+                        "one split per checkpoint")  # fmt: skip
+    if "lesson" in args.source:
+        raise ValueError("--every-checkpoint reads a training run's directory, not the lesson")
+    twice = next((d for i, d in enumerate(args.source) if d in args.source[:i]), None)
+    if twice is not None:
+        raise ValueError(f"run directory {twice!r} is given twice; each run counts once")
+    from resgrad.train.data import read_text
+
+    text = read_text(args.text) if args.text is not None else None
+    seeds = args.seeds or MODEL_SEEDS
+    if len(args.source) > 1:
+        return _across_runs(args, text, seeds)
+    args.source = args.source[0]
+    res = paths.run_checkpoint_paths(args.source, text, args.seq, args.batch, seeds,
+                                     fits=lambda m: _fits(m, args))  # fmt: skip
+    n = res[0].splits[0].n
+    if args.format == "table":
+        name = os.path.basename(os.path.normpath(args.source))
+        print(f"{name} ({res[0].splits[0].label}, L={n // 2}), T={args.seq} B={args.batch}; "
+              f"window seeds: {len(seeds)}; n = {n} branches; at x_0")  # fmt: skip
+        head = (f"{'iter':>6} | {'k=0 share':>17} | {'k=1 share':>17} | {'mean k':>6} | "
+                f"{'90% range':>9} | {'paths in it':>11}")  # fmt: skip
+        print(head + "\n" + "-" * len(head))
+        for r in res:
+            k0, k1 = r.rows[0], r.rows[1]
+            lo, hi = r.range90
+            inside = sum(x.count for x in r.rows[lo : hi + 1])
+            print(f"{r.iteration:>6} | {k0.share_norm:>8.4f} ± {k0.share_norm_std:<6.4f} | "
+                  f"{k1.share_norm:>8.4f} ± {k1.share_norm_std:<6.4f} | {r.mean_k:>6.2f} | "
+                  f"{f'{lo}..{hi}':>9} | {inside / 2**n:>11.2%}")  # fmt: skip
+        err = max(s.sum_errors.max() for r in res for s in r.splits)
+        print(f"shares of the gradient's norm; the parts sum to the gradient to {err:.1e}")
+    elif args.format == "csv":
+        rows = [{"iteration": r.iteration, **row._asdict(), "range90_lo": r.range90[0],
+                 "range90_hi": r.range90[1]} for r in res for row in r.rows]  # fmt: skip
+        print(to_csv(rows, CKPT_KEYS), end="")
+    else:
+        out = [{"iteration": r.iteration, "checkpoint": os.path.basename(r.path), "n": n,
+                "seeds": len(r.splits), "range90": list(r.range90), "mean_k": r.mean_k,
+                "rows": [x._asdict() for x in r.rows]} for r in res]  # fmt: skip
+        print(json.dumps(json.loads(json.dumps(out, default=float)), indent=2))
+    return 0
+
+
+def _across_runs(args: argparse.Namespace, text: str | None, seeds: tuple[int, ...]) -> int:
+    """``--every-checkpoint`` of several runs: per step they all kept, mean ± std over them."""
+    res = [
+        paths.run_checkpoint_paths(
+            d, text, args.seq, args.batch, seeds, fits=lambda m: _fits(m, args)
+        )  # fmt: skip
+        for d in args.source
+    ]
+    rows = paths.across_runs(res)
+    n, R = res[0][0].splits[0].n, len(res)
+    if args.format == "table":
+        print(
+            f"{R} runs ({res[0][0].splits[0].label}, L={n // 2}), T={args.seq} B={args.batch}; "
+            f"window seeds: {len(seeds)}; n = {n} branches; at x_0; mean ± std over the runs"
+        )
+        head = f"{'iter':>6} | {'k=0 share':>17} | {'mean k':>13} | 90% range, each run"
+        print(head + "\n" + "-" * len(head))
+        for r in rows:
+            ranges = ", ".join(f"{lo}..{hi}" for lo, hi in r.ranges)
+            print(f"{r.iteration:>6} | {r.share0:>8.4f} ± {r.share0_std:<6.4f} | "
+                  f"{r.mean_k:>5.2f} ± {r.mean_k_std:<5.2f} | {ranges}")  # fmt: skip
+        print("shares of the gradient's norm: " + ", ".join(args.source))
+    else:
+        out = [{**r._asdict(), "ranges": [list(x) for x in r.ranges]} for r in rows]
+        if args.format == "csv":
+            keys = ["iteration", "runs", "share0", "share0_std", "mean_k", "mean_k_std"]
+            print(to_csv(out, keys), end="")
+        else:
+            print(json.dumps({"runs": list(args.source), "rows": out}, indent=2))
+    return 0

@@ -53,6 +53,8 @@ TRAIN_FLAGS = [
      "(default: data/<its dataset>/meta.pkl, as nanoGPT's sample.py finds it)"),
     ("--shards", _common.positive_int, "compute each batch as this many shards on threads, "
      "gradients summed; changes only rounding (1: the plain pass)"),
+    ("--keep-every", _common.nonneg_int, "also keep the checkpoint ckpt-<iter>.ckpt every "
+     "this many steps and at the end, for resgrad paths --every-checkpoint (0: none)"),
 ]  # fmt: skip
 
 

@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -73,14 +74,21 @@ from resgrad.nn.residual import residual_backward
 __all__ = [
     "ACTIVATIONS",
     "Chain",
+    "CheckpointPaths",
     "PathRow",
     "PathSplit",
+    "RunsRow",
     "VeitEstimate",
+    "across_runs",
     "effective_range",
     "gpt_chain",
     "model_splits",
+    "model_veit",
+    "path_figure",
     "path_gradient",
     "path_table",
+    "run_checkpoint_paths",
+    "save_path_figure",
     "split",
     "stack_chain",
     "veit_exact",
@@ -760,4 +768,316 @@ def model_splits(
     for s in seeds:
         w = text_windows(ids, seq, batch, s)  # (B, T + 1)
         out.append(split(gpt_chain(model, w[:, :-1], w[:, 1:]), joint=joint))
+    return out
+
+
+def model_veit(
+    model: GPT,
+    ids: np.ndarray,
+    seq: int,
+    batch: int,
+    seeds: Sequence[int],
+    samples: int,
+    sample_seed: int = 0,
+) -> list[VeitEstimate]:
+    """Veit's sampled estimate (:func:`veit_sample`) on the windows of each seed, one chain
+    at a time: the same batches as :func:`model_splits` with the same arguments."""
+    c = model.cfg
+    if seq > c.block_size:
+        raise ValueError(f"seq {seq} is longer than the model's context of {c.block_size}")
+    if model.dtype != np.float64:
+        model = GPT.from_params(c, {k: v.astype(np.float64) for k, v in model.params.items()})
+    out = []
+    for s in seeds:
+        w = text_windows(ids, seq, batch, s)  # (B, T + 1)
+        out.append(veit_sample(gpt_chain(model, w[:, :-1], w[:, 1:]), samples, sample_seed))
+    return out
+
+
+# --------------------------------------------------------------------------- figures
+
+HEAT_FLOOR = 1e-4  # the heatmap's colours start at this share; exact zeros are left blank
+
+
+def _band(a: np.ndarray) -> dict:
+    """(S, K) over seeds -> the mean line, and a min..max band where S > 1."""
+    a = np.asarray(a, dtype=float)
+    out = {"y": a.mean(axis=0)}
+    if a.shape[0] > 1:
+        out["lo"], out["hi"] = a.min(axis=0), a.max(axis=0)
+    return out
+
+
+def _line(ax, x, b: dict, label: str, **kw) -> None:
+    (line,) = ax.plot(x, b["y"], label=label, **kw)
+    if "lo" in b:
+        ax.fill_between(x, b["lo"], b["hi"], color=line.get_color(), alpha=0.2, linewidth=0)
+
+
+def path_figure(
+    splits: Sequence[PathSplit],
+    veits: Sequence[VeitEstimate] | None = None,
+    title: str = "",
+):
+    """Veit et al.'s figure 6 for this model, and the share by (boundary i, k).
+
+    Top row, at x_0: (a) C(n, k), the number of paths of each length; (b) the gradient
+    magnitude per path: Veit's sampled mean ||path gradient|| (``veits``), or without it
+    ||part_k|| / C(n, k), the norm of the mean path's gradient (the exact analogue, smaller:
+    paths cancel); (c) the total by k: Veit's C(n, k) x mean beside the exact ||part_k||.
+    Bottom row: the share of norm ``share_norm()`` by (i, k), mean over the seeds, with each
+    boundary's 90% range outlined; beside it, with more than one seed, its std over them.
+    Lines are the mean over the splits (seeds), with a min..max band where there are more.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        ``axes[0..2]`` the panels (a)-(c), whose lines hold exactly the numbers described;
+        ``axes[3]`` the heatmap (its image's data: the (L + 1, n + 1) mean share).
+    """
+    from matplotlib.colors import LogNorm
+    from matplotlib.patches import Rectangle
+    from matplotlib.ticker import MaxNLocator
+
+    from resgrad.plots import new_figure
+
+    if not splits:
+        raise ValueError("path_figure needs at least one split")
+    if any(isinstance(s.keys[0], tuple) for s in splits):
+        raise ValueError("path_figure draws per-k splits; this one is joint (split by (a, m))")
+    n, S = splits[0].n, len(splits)
+    if any(s.n != n or s.norms.shape != splits[0].norms.shape for s in splits):
+        raise ValueError("path_figure needs splits of one model (the same n and boundaries)")
+    if veits and any(v.n != n or v.ks != tuple(range(n + 1)) for v in veits):
+        raise ValueError(f"path_figure needs Veit estimates of every k = 0..{n}")
+    k = np.arange(n + 1)  # (K,)
+    count = np.array([math.comb(n, j) for j in k], dtype=float)  # (K,)
+    norms0 = np.array([s.norms[0] for s in splits])  # (S, K) ||part_k|| at x_0
+    spread = f"mean over {S} seeds, band min..max" if S > 1 else "one seed"
+    fig, axes = new_figure(ncols=3, nrows=2, width=14.0, height=8.4)
+    ax_a, ax_b, ax_c = axes[:3]
+    # (a) the distribution of path lengths: binomial
+    ax_a.bar(k, count, color="0.6", label="C(n, k)")
+    lo, hi = effective_range(np.mean([s.share_norm()[0] for s in splits], axis=0))
+    ax_a.axvspan(lo - 0.5, hi + 0.5, color="C0", alpha=0.15,
+                 label=f"90% of ||dL/dx_0|| (exact): k = {lo}..{hi}")  # fmt: skip
+    if veits:
+        vlo, vhi = effective_range(np.mean([v.total for v in veits], axis=0))
+        ax_a.axvspan(vlo - 0.5, vhi + 0.5, ymax=0.06, color="C1", alpha=0.6,
+                     label=f"90% of Veit's C(n, k) x mean: k = {vlo}..{vhi}")  # fmt: skip
+    ax_a.legend(fontsize=8, loc="upper left")
+    ax_a.set_title(f"(a) paths of length k: C({n}, k), {2**n:,} in all", fontsize=9, loc="left")
+    ax_a.set_ylabel("number of paths")
+    # (b) the gradient magnitude per path, at x_0
+    if veits:
+        mean = np.array([v.mean for v in veits])  # (S', K)
+        _line(ax_b, k, _band(mean), f"Veit: sampled mean ||g_path||, {veits[0].samples}/k",
+              marker="o", ms=3.5, color="C1")  # fmt: skip
+        ax_b.set_title("(b) magnitude per path: sampled (Veit's protocol)", fontsize=9, loc="left")
+    else:
+        _line(ax_b, k, _band(norms0 / count), "exact ||part_k|| / C(n, k)", marker="s", ms=3.5,
+              color="C0")  # fmt: skip
+        ax_b.set_title("(b) per path: the mean path's gradient (exact, not sampled)",
+                       fontsize=9, loc="left")  # fmt: skip
+    ax_b.set_ylabel("gradient magnitude at x_0, per path")
+    # (c) the total by k: Veit's sum of magnitudes beside the exact vector sum
+    if veits:
+        total = np.array([v.total for v in veits])  # (S', K)
+        _line(ax_c, k, _band(total), "Veit: C(n, k) x mean (sum of magnitudes)", marker="o",
+              ms=3.5, color="C1")  # fmt: skip
+    _line(ax_c, k, _band(norms0), "exact: ||part_k|| (vector sum)", marker="s", ms=3.5,
+          color="C0")  # fmt: skip
+    ax_c.set_title("(c) total gradient magnitude by path length", fontsize=9, loc="left")
+    ax_c.set_ylabel("gradient magnitude at x_0")
+    for ax in (ax_b, ax_c):
+        ax.set_yscale("log", nonpositive="mask")
+        ax.legend(fontsize=8, loc="best")
+    for ax in (ax_a, ax_b, ax_c):
+        ax.set_xlabel("path length k (branches passed)")
+        ax.set_xlim(-0.7, n + 0.7)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.grid(True, alpha=0.3)
+    # the heatmap: rows the boundaries x_0 .. x_L, columns k
+    for ax in axes[3:]:
+        fig.delaxes(ax)
+    sh = np.array([s.share_norm() for s in splits])  # (S, L + 1, K)
+    mean = sh.mean(axis=0)  # (L + 1, K)
+    nb = mean.shape[0]
+    ax_h = fig.add_subplot(2, 3, (4, 5) if S > 1 else (4, 6))
+    image = np.ma.masked_where(mean <= 0, np.maximum(mean, HEAT_FLOOR))  # (L + 1, K)
+    im = ax_h.imshow(image, aspect="auto", origin="lower", cmap="viridis", interpolation="nearest",
+                     norm=LogNorm(vmin=HEAT_FLOOR, vmax=1.0))  # fmt: skip
+    fig.colorbar(im, ax=ax_h, pad=0.01, label="share of the norm (log)")
+    for i in range(nb):
+        lo, hi = effective_range(mean[i])
+        ax_h.add_patch(Rectangle((lo - 0.5, i - 0.5), hi - lo + 1, 1, fill=False, lw=0.9,
+                                 edgecolor="white"))  # fmt: skip
+    ax_h.set_title(f"(d) share of ||dL/dx_i|| by path length, mean over {S} seed(s); white "
+                   "outline: the 90% range; blank: no path", fontsize=9, loc="left")  # fmt: skip
+    ax_h.set_xlabel("path length k")
+    ax_h.set_ylabel("boundary i (x_0: the embeddings' output)")
+    ax_h.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax_h.yaxis.set_major_locator(MaxNLocator(integer=True))
+    if S > 1:
+        ax_s = fig.add_subplot(2, 3, 6)
+        std = np.ma.masked_where(mean <= 0, sh.std(axis=0))  # (L + 1, K)
+        im = ax_s.imshow(std, aspect="auto", origin="lower", cmap="magma", interpolation="nearest")
+        fig.colorbar(im, ax=ax_s, pad=0.01)
+        ax_s.set_title(f"(e) its std over the {S} seeds", fontsize=9, loc="left")
+        ax_s.set_xlabel("path length k")
+        ax_s.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax_s.yaxis.set_major_locator(MaxNLocator(integer=True))
+    head = f"Gradient paths: {title}; " if title else "Gradient paths: "
+    fig.suptitle(head + f"n = {n} branches; top row at x_0, {spread}", fontsize=11)
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.4 / fig.get_figheight()))  # room for the suptitle
+    return fig
+
+
+def save_path_figure(
+    path,
+    splits: Sequence[PathSplit],
+    veits: Sequence[VeitEstimate] | None = None,
+    title: str = "",
+) -> None:
+    """Draw :func:`path_figure` and write it to ``path`` atomically, PNG or SVG by extension
+    (a bad extension is refused before anything is drawn)."""
+    from resgrad.plots import plot_format, save_figure
+
+    plot_format(path)
+    save_figure(path_figure(splits, veits, title), path)
+
+
+# --------------------------------------------------------------------------- through training
+
+
+class CheckpointPaths(NamedTuple):
+    """The split at x_0 of one checkpoint a run kept, on the same windows as every other."""
+
+    iteration: int
+    path: str
+    splits: list[PathSplit]  # one per window seed
+    rows: list[PathRow]  # path_table(splits): per k, mean and std over the seeds
+    range90: tuple[int, int]  # effective_range of the mean share of the norm
+
+    @property
+    def mean_k(self) -> float:
+        """The mean path length, weighted by the share of the norm: sum_k k x share_k."""
+        return float(sum(r.k * r.share_norm for r in self.rows))
+
+
+def run_checkpoint_paths(
+    run_dir: str,
+    text: str | None = None,
+    seq: int = 64,
+    batch: int = 4,
+    seeds: Sequence[int] = (0,),
+    *,
+    mass: float = 0.9,
+    fits: Callable[[Any], None] | None = None,
+) -> list[CheckpointPaths]:
+    """The split at x_0 at every checkpoint ``resgrad train --keep-every`` kept in ``run_dir``.
+
+    Every checkpoint is measured on the same windows (seed s draws them as
+    :func:`model_splits` does, from the same token ids), so the steps differ only in the
+    weights: each one's result equals :func:`model_splits` on that checkpoint alone.
+
+    Parameters
+    ----------
+    run_dir : str
+        A run directory holding ``ckpt-<iter>.ckpt`` files
+        (:func:`resgrad.train.rundir.kept_checkpoints`).
+    text : str, optional
+        The text the windows come from; the built-in corpus by default.
+    seq, batch, seeds
+        T, B, and one batch of windows per seed, as :func:`model_splits`.
+    mass : float
+        The share the effective range holds (0.9: the 90% range).
+    fits : callable, optional
+        Called with each checkpoint's GPTConfig before its split; it raises to refuse one
+        that would not fit in memory, as the CLI's check does.
+
+    Returns
+    -------
+    list of CheckpointPaths
+        By iteration.
+
+    Raises
+    ------
+    ValueError
+        ``run_dir`` keeps no checkpoint per step, or its checkpoints' vocabularies differ.
+    OSError
+        ``run_dir`` is not a directory.
+    """
+    from resgrad.train.data import default_corpus
+    from resgrad.train.rundir import kept_checkpoints
+    from resgrad.train.sample import load_model
+
+    if not os.path.isdir(run_dir):
+        raise NotADirectoryError(f"{run_dir!r} is not a directory (expected a training run's)")
+    kept = kept_checkpoints(run_dir)
+    if not kept:
+        raise ValueError(f"{run_dir!r} keeps no checkpoint per step (ckpt-<iter>.ckpt); "
+                         "train it with --keep-every N")  # fmt: skip
+    text = default_corpus() if text is None else text
+    out: list[CheckpointPaths] = []
+    ids, vocab = None, None
+    for it, path in kept:
+        model, tok, ckpt = load_model(path)
+        if fits is not None:
+            fits(model.cfg)
+        if ids is None:  # one run, one tokenizer: the text is encoded once
+            ids, vocab = tok.encode(text), (ckpt.vocab, ckpt.tokenizer)
+        elif (ckpt.vocab, ckpt.tokenizer) != vocab:
+            raise ValueError(f"checkpoint {path!r} has another vocabulary than "
+                             f"{kept[0][1]!r}: not one run")  # fmt: skip
+        splits = model_splits(model, ids, seq, batch, seeds)
+        rows = path_table(splits)
+        rng = effective_range([r.share_norm for r in rows], mass)
+        out.append(CheckpointPaths(it, path, splits, rows, rng))
+    return out
+
+
+class RunsRow(NamedTuple):
+    """One iteration kept by every run of a comparison: the spread over the runs."""
+
+    iteration: int
+    runs: int  # R, the training runs (seeds) averaged
+    share0: float  # k = 0 share of the norm at x_0: mean over the runs
+    share0_std: float  # its std over the runs (ddof=1; 0 for one run)
+    mean_k: float  # CheckpointPaths.mean_k, mean over the runs
+    mean_k_std: float
+    ranges: tuple[tuple[int, int], ...]  # each run's 90% range, in the runs' order
+
+
+def across_runs(results: Sequence[Sequence[CheckpointPaths]]) -> list[RunsRow]:
+    """:func:`run_checkpoint_paths` of several training runs (e.g. seeds), side by side.
+
+    Only the iterations every run kept are compared; each value is the mean and std (ddof=1)
+    over the runs of that run's mean over its window seeds.
+
+    Raises
+    ------
+    ValueError
+        No run, runs of different path counts n, or no iteration kept by every run.
+    """
+    if not results:
+        raise ValueError("no run to compare")
+    ns = {r[0].splits[0].n for r in results}
+    if len(ns) != 1:
+        raise ValueError(f"the runs have different numbers of branches {sorted(ns)}; "
+                         "compare runs of one depth")  # fmt: skip
+    by_run = [{c.iteration: c for c in r} for r in results]
+    common = sorted(set.intersection(*(set(b) for b in by_run)))
+    if not common:
+        raise ValueError("the runs kept no iteration in common; train them with the same "
+                         "--keep-every")  # fmt: skip
+    ddof = 1 if len(results) > 1 else 0
+    out = []
+    for it in common:
+        cs = [b[it] for b in by_run]
+        share0 = np.array([c.rows[0].share_norm for c in cs])  # (R,)
+        mean_k = np.array([c.mean_k for c in cs])  # (R,)
+        out.append(RunsRow(it, len(cs), float(share0.mean()), float(share0.std(ddof=ddof)),
+                           float(mean_k.mean()), float(mean_k.std(ddof=ddof)),
+                           tuple(c.range90 for c in cs)))  # fmt: skip
     return out

@@ -35,7 +35,8 @@ __all__ = [
 QUANTITIES = tuple(PER_BLOCK)
 # settings that never say how two runs differ as experiments
 RUN_LABEL_WIDTH = 70  # characters of a run's label per line in compare's key
-_NOT_A_DIFFERENCE = ("out_dir", "resume", "max_iters", "eval_interval", "eval_iters")
+_NOT_A_DIFFERENCE = ("out_dir", "resume", "max_iters", "eval_interval", "eval_iters",
+                     "keep_every")  # fmt: skip
 
 
 def default_layers(n_layer: int) -> tuple[int, ...]:

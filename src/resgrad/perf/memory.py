@@ -22,7 +22,15 @@ element of the dtype:
 - the lesson's stack (float64): its bank of max(depth) C x C matrices and, per
   layer, 4*B*C of caches;
 - the lesson's gradient check (float64): every W, its numerical gradient's
-  workspace, 3*blocks*C^2, plus 10*rows*C.
+  workspace, 3*blocks*C^2, plus 10*rows*C;
+- the split by path length (``resgrad paths``, float64, one batch at a time): the
+  gradient-flow lab's 4*P and caches, plus the per-k parts the split carries down the
+  stack, n + 1 arrays of (B, T, C) at the step's input and n + 1 at its output, n = 2L,
+  and the model's own gradient at every boundary, (L + 1)*B*T*C; on the lesson's stack,
+  per bank seed (all are built before they are split): the bank and its gradients,
+  2*N*C^2, the caches and the reference stream, 8*N*B*C, the per-(boundary, k) and
+  per-(parameter, k) norms and projections, 4*(N + 1)^2, and 512 bytes of Python per
+  layer; plus the parts, 2*(N + 1)*B*C, and 1 MiB.
 
 Available memory is the kernel's ``MemAvailable`` (``/proc/meminfo``), or free
 physical pages where that file does not exist.
@@ -44,7 +52,9 @@ __all__ = [
     "gpt_bytes",
     "gpt_params",
     "lesson_gradcheck_bytes",
+    "lesson_paths_bytes",
     "lesson_stack_bytes",
+    "paths_bytes",
     "pretrained_flow_bytes",
     "require",
     "sample_bytes",
@@ -164,3 +174,20 @@ def pretrained_flow_bytes(m: GPTConfig, seq: int, batch: int, itemsize: int = 4)
     """Upper estimate for the gradient flow of a loaded model on (batch, seq) windows: the
     file's arrays, the parameters and their gradients, and the caches of the backward pass."""
     return gpt_bytes(m.n_layer, m.n_embd, m.n_head, seq, batch, m.vocab_size, itemsize, 4)
+
+
+def paths_bytes(m: GPTConfig, seq: int, batch: int) -> int:
+    """Upper estimate for splitting a loaded model's gradient by path length on (batch, seq)
+    windows (float64; the file's arrays, the model, its float64 copy and its gradient)."""
+    L, C, B, T = m.n_layer, m.n_embd, batch, seq
+    n = 2 * L  # branches: every attention and every MLP
+    parts = (2 * (n + 1) + L + 1) * B * T * C  # the per-k parts in and out of a step, dL/dx_i
+    return gpt_bytes(L, C, m.n_head, T, B, m.vocab_size, 8, 4) + 8 * parts
+
+
+def lesson_paths_bytes(depth: int, C: int, B: int, seeds: int = 1) -> int:
+    """Upper estimate for splitting the lesson's stack of ``depth`` layers by path length,
+    for ``seeds`` banks at once (float64)."""
+    N = depth
+    per_seed = 2 * N * C * C + 8 * N * B * C + 4 * (N + 1) ** 2 + 64 * N  # 64 x 8: Python
+    return 8 * (seeds * per_seed + 2 * (N + 1) * B * C) + 2**20

@@ -34,11 +34,12 @@ __all__ = [
 
 # fields that may differ between a checkpoint and the run that resumes it; all
 # others must match, or the continuation would silently be another run
-RESUMABLE = ("max_iters", "eval_interval", "eval_iters", "data", "out_dir", "resume")
+RESUMABLE = ("max_iters", "eval_interval", "eval_iters", "data", "out_dir", "resume", "keep_every")
 MAX_EVAL_ITERS = 10_000  # batches per split per evaluation; std error 1/sqrt(n) is 1% here
 _MIN_INT = {  # integer fields of TrainConfig -> smallest allowed value
     "n_layer": 1, "n_head": 1, "n_embd": 1, "block_size": 1, "batch_size": 1, "max_iters": 0,
     "warmup_iters": 0, "lr_decay_iters": 1, "eval_interval": 1, "eval_iters": 1, "shards": 1,
+    "keep_every": 0,
 }  # fmt: skip
 # a field a checkpoint does not record is newer than the checkpoint, which was trained
 # as the code then did: the field's default, except where the default has changed since
@@ -100,6 +101,9 @@ class TrainConfig:
     # each batch as this many shards on threads, gradients summed (resgrad.train.shards):
     # changes the gradients' rounding, so it is part of the run; never the thread count
     shards: int = DEFAULT_SHARDS
+    # also keep ckpt-<iter>.ckpt every this many steps (and at the end), beside last.ckpt:
+    # a run's history for ``resgrad paths --every-checkpoint``; 0: keep none
+    keep_every: int = 0
 
     def __post_init__(self):
         for name, lo in _MIN_INT.items():

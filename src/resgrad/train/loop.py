@@ -24,6 +24,7 @@ uninterrupted (tests/train/test_loop.py). A killed run leaves the last checkpoin
 The run's settings are a :class:`resgrad.train.config.TrainConfig`. Files in
 ``out_dir`` (their names, and reading them back: :mod:`resgrad.train.rundir`):
 ``last.ckpt`` (every evaluation), ``best.ckpt`` (lowest validation loss),
+``ckpt-<iter>.ckpt`` (with ``keep_every``: at every multiple of it and at the end, kept),
 ``metrics.jsonl`` (one JSON object per step, ``"kind": "iter"``, and per
 evaluation, ``"kind": "eval"``; per-layer gradient norms included), ``loss.png``
 (refreshed at each evaluation, :func:`resgrad.plots.render_loss_plot`),
@@ -71,7 +72,15 @@ from resgrad.train.dynamics import (
     update_ratios,
 )
 from resgrad.train.optim import AdamW, clip_coef, clip_grad_norm, grad_norms
-from resgrad.train.rundir import METRICS, PLOT, TOKENIZER, holding_out_dir, read_metrics
+from resgrad.train.rundir import (
+    METRICS,
+    PLOT,
+    TOKENIZER,
+    holding_out_dir,
+    kept_checkpoints,
+    kept_name,
+    read_metrics,
+)
 from resgrad.train.shards import Shards
 
 __all__ = [
@@ -230,10 +239,11 @@ def _start_run(cfg: TrainConfig, last_path: str, fits=None) -> _Run:
     """A fresh run, or (``cfg.resume``) the one in ``last_path``, checked against ``cfg``."""
     out_dir = cfg.out_dir
     if not cfg.resume:
-        if os.path.exists(last_path):
+        kept = kept_checkpoints(out_dir)  # a fresh run's would mix with another run's
+        if os.path.exists(last_path) or kept:
             raise ValueError(
-                f"{out_dir!r} already holds a run ({LAST}); pass --resume to continue it "
-                "or choose another --out-dir"
+                f"{out_dir!r} already holds a run ({LAST if not kept else kept_name(kept[0][0])});"
+                " pass --resume to continue it or choose another --out-dir"
             )
         corpus, model = _fresh_model(cfg, fits)
         return _Run(
@@ -460,6 +470,9 @@ def _train(
     try:
         while True:
             # --- evaluate, log, checkpoint, plot (not again at the iteration we resumed at)
+            kept = None  # keep_every: this iteration's checkpoint is kept as well
+            if cfg.keep_every and (it % cfg.keep_every == 0 or it >= cfg.max_iters):
+                kept = os.path.join(out_dir, kept_name(it))
             if (it % cfg.eval_interval == 0 or it >= cfg.max_iters) and not (
                 cfg.resume and it == start and evaluated
             ):
@@ -488,10 +501,14 @@ def _train(
                 )
                 ckpt = _checkpoint(run, it, best, config_record)
                 dyn.sync()  # the records before this checkpoint are on disk before it is
-                save_checkpoint(last_path, ckpt, *([best_path] if is_best else []))
+                also = ([best_path] if is_best else []) + ([kept] if kept else [])
+                save_checkpoint(last_path, ckpt, *also)
                 atomic_write_bytes(
                     os.path.join(out_dir, PLOT), render_loss_plot(records, title, entropy)
                 )
+            if kept and not os.path.exists(kept):  # between evaluations, or the resumed one
+                dyn.sync()
+                save_checkpoint(kept, _checkpoint(run, it, best, config_record))
             if it >= cfg.max_iters:
                 break
 

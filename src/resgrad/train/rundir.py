@@ -1,6 +1,7 @@
 """A run's directory: its file names, reading its metrics back, and holding it while a run writes.
 
 ``out_dir`` holds ``last.ckpt`` and ``best.ckpt`` (:mod:`resgrad.formats.checkpoint`),
+with ``keep_every`` also ``ckpt-<iter>.ckpt`` (:func:`kept_checkpoints` lists them),
 ``metrics.jsonl`` (one JSON object per step, ``"kind": "iter"``, and per
 evaluation, ``"kind": "eval"``), ``loss.png`` and the dynamics records
 (:mod:`resgrad.train.dynamics`). :func:`read_metrics` reads the metrics back,
@@ -13,17 +14,50 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import sys
 
 from resgrad.formats.atomic import remove_stale_temporaries
 from resgrad.formats.lock import lock_dir, new_dir_or_nothing
 from resgrad.train.data import check_text_file
 
-__all__ = ["METRICS", "PLOT", "TOKENIZER", "holding_out_dir", "read_metrics"]
+__all__ = [
+    "METRICS",
+    "PLOT",
+    "TOKENIZER",
+    "holding_out_dir",
+    "kept_checkpoints",
+    "kept_name",
+    "read_metrics",
+]
 
 METRICS = "metrics.jsonl"
 PLOT = "loss.png"
 TOKENIZER = "tokenizer.json"  # a BPE run's tokenizer, as transformers reads it
+_KEPT = re.compile(r"ckpt-(0|[1-9][0-9]*)\.ckpt")  # a checkpoint kept at one iteration
+_KEPT_TMP = re.compile(r"\.(ckpt-[0-9]+\.ckpt)\.[^.]+\.tmp")  # a killed write's temporary
+
+
+def kept_name(iteration: int) -> str:
+    """The file name of the checkpoint kept at ``iteration`` (``TrainConfig.keep_every``)."""
+    return f"ckpt-{int(iteration)}.ckpt"
+
+
+def kept_checkpoints(out_dir: str | os.PathLike) -> list[tuple[int, str]]:
+    """(iteration, path) of every ``ckpt-<iter>.ckpt`` in ``out_dir``, by iteration."""
+    out_dir = os.fspath(out_dir)
+    found = []
+    for entry in os.listdir(out_dir):
+        m = _KEPT.fullmatch(entry)
+        if m and os.path.isfile(os.path.join(out_dir, entry)):
+            found.append((int(m.group(1)), os.path.join(out_dir, entry)))
+    return sorted(found)
+
+
+def kept_temporaries(out_dir: str | os.PathLike) -> list[str]:
+    """The names of the kept checkpoints whose atomic writes left a temporary behind."""
+    return sorted({m.group(1) for e in os.listdir(os.fspath(out_dir))
+                   if (m := _KEPT_TMP.fullmatch(e))})  # fmt: skip
 
 
 _RECORD_FIELDS = {"iter": ("loss",), "eval": ("train_loss", "val_loss")}  # beside "iter"
@@ -88,7 +122,8 @@ def holding_out_dir(*names: str):
             # a run refused before it wrote anything (bad text, a model that will not load)
             # takes away the directory it made
             with new_dir_or_nothing(cfg.out_dir), lock_dir(cfg.out_dir):
-                removed = remove_stale_temporaries(cfg.out_dir, names)
+                kept = kept_temporaries(cfg.out_dir)  # keep_every's, named by iteration
+                removed = remove_stale_temporaries(cfg.out_dir, (*names, *kept))
                 if removed:
                     say = kwargs.get("log") or (lambda s: print(s, file=sys.stderr))
                     say(f"removed {len(removed)} temporary file(s) a killed run left in "

@@ -1,0 +1,128 @@
+"""``resgrad paths RUN --every-checkpoint``: table, JSON and CSV are the library's numbers,
+one per kept checkpoint; what it cannot read is one line on stderr and exit 2."""
+
+import csv
+import io
+import json
+
+import pytest
+
+from resgrad.cli import main
+from resgrad.lab import paths
+from resgrad.train.data import read_text
+
+FLAGS = ["--n-layer", "2", "--n-head", "2", "--n-embd", "16", "--block-size", "16",
+         "--batch-size", "4", "--warmup-iters", "1", "--lr-decay-iters", "6", "--lr", "1e-2",
+         "--eval-iters", "1", "--eval-interval", "3", "--max-iters", "6",
+         "--threads", "1"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    d = tmp_path_factory.mktemp("cli_paths_training")
+    text = d / "data.txt"
+    text.write_text("the quick brown fox jumps over the lazy dog. " * 40, encoding="utf-8")
+    out = str(d / "run")
+    assert main(["train", *FLAGS, "--keep-every", "3", "--data", str(text), "--out-dir", out]) == 0
+    return out, str(text)
+
+
+def test_table_json_csv_are_the_librarys(run, capsys):
+    out, text = run
+    capsys.readouterr()
+    args = ["paths", out, "--every-checkpoint", "--text", text, "--seq", "8", "--batch", "2",
+            "--seeds", "2", "--threads", "1"]  # fmt: skip
+    lib = paths.run_checkpoint_paths(out, read_text(text), 8, 2, (0, 1))
+    assert main([*args, "--format", "json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert [g["iteration"] for g in got] == [0, 3, 6]
+    for g, r in zip(got, lib):
+        assert g["n"] == 4 and g["seeds"] == 2 and g["range90"] == list(r.range90)
+        assert [x["share_norm"] for x in g["rows"]] == pytest.approx(
+            [x.share_norm for x in r.rows], rel=1e-12)  # fmt: skip
+        assert g["mean_k"] == pytest.approx(r.mean_k, rel=1e-12)
+    assert main([*args, "--format", "csv"]) == 0
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert len(rows) == 3 * 5  # 3 checkpoints x k = 0..4
+    assert [int(r["count"]) for r in rows[:5]] == [1, 4, 6, 4, 1]
+    assert float(rows[5]["share_proj"]) == pytest.approx(lib[1].rows[0].share_proj, rel=1e-12)
+    assert main(args) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert "n = 4 branches" in table[0] and "k=0 share" in table[1]
+    assert [line.split()[0] for line in table[3:6]] == ["0", "3", "6"]
+    assert f"{lib[2].rows[0].share_norm:.4f}" in table[5]
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        ([], "keeps no checkpoint per step (ckpt-<iter>.ckpt); train it with --keep-every N"),
+        (["--best"], "--best cannot be combined with --every-checkpoint"),
+        (["--veit", "3"], "--veit cannot be combined with --every-checkpoint"),
+        (["--plot", "f.png"], "--plot cannot be combined with --every-checkpoint"),
+    ],
+)
+def test_what_it_cannot_read_is_one_line(run, tmp_path, capsys, extra, message):
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    (bare / "last.ckpt").write_bytes(open(f"{run[0]}/last.ckpt", "rb").read())
+    src = str(bare) if not extra else run[0]
+    assert main(["paths", src, "--every-checkpoint", *extra]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_the_lesson_and_a_file_are_refused(run, capsys):
+    assert main(["paths", "lesson", "--every-checkpoint"]) == 2
+    assert "reads a training run's directory, not the lesson" in capsys.readouterr().err
+    assert main(["paths", f"{run[0]}/last.ckpt", "--every-checkpoint"]) == 2
+    assert "is not a directory" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def seeded_runs(run, tmp_path_factory):
+    """The run above (seed 1337, train's default) and one more at seed 1, same settings."""
+    out, text = run
+    other = str(tmp_path_factory.mktemp("cli_paths_training_seed1") / "run")
+    assert main(["train", *FLAGS, "--keep-every", "3", "--seed", "1", "--data", text,
+                 "--out-dir", other]) == 0  # fmt: skip
+    return [out, other], text
+
+
+def test_several_runs_give_the_mean_and_std_over_the_runs(seeded_runs, capsys):
+    (a, b), text = seeded_runs
+    lib = [paths.run_checkpoint_paths(d, read_text(text), 8, 2, (0,)) for d in (a, b)]
+    assert lib[0][0].rows[0].share_norm != lib[1][0].rows[0].share_norm  # two different runs
+    capsys.readouterr()
+    args = ["paths", a, b, "--every-checkpoint", "--text", text, "--seq", "8", "--batch", "2",
+            "--seeds", "1", "--threads", "1"]  # fmt: skip
+    assert main([*args, "--format", "json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["runs"] == [a, b] and [r["iteration"] for r in got["rows"]] == [0, 3, 6]
+    for r, x, y in zip(got["rows"], lib[0], lib[1]):
+        s0 = [x.rows[0].share_norm, y.rows[0].share_norm]
+        assert r["runs"] == 2
+        assert r["share0"] == pytest.approx(sum(s0) / 2, rel=1e-12)
+        assert r["share0_std"] == pytest.approx(abs(s0[0] - s0[1]) / 2**0.5, rel=1e-12)  # ddof=1
+        assert r["mean_k"] == pytest.approx((x.mean_k + y.mean_k) / 2, rel=1e-12)
+        assert r["ranges"] == [list(x.range90), list(y.range90)]
+    assert main(args) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[0].startswith("2 runs") and "mean ± std over the runs" in table[0]
+    assert f"{got['rows'][2]['share0']:.4f}" in table[5]
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        ([], "2 SOURCEs given; several are compared only with --every-checkpoint"),
+        (["--every-checkpoint", "--seq", "8"], "is given twice; each run counts once"),
+    ],
+)
+def test_several_sources_are_refused_where_they_mean_nothing(run, capsys, extra, message):
+    out, _ = run
+    capsys.readouterr()
+    assert main(["paths", out, out, *extra]) == 2
+    io_ = capsys.readouterr()
+    err = io_.err.strip()
+    assert "\n" not in err and message in err and io_.out == ""
