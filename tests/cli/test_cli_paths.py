@@ -208,3 +208,45 @@ def test_an_absurd_size_is_refused_in_one_line_before_allocating(
     err = capsys.readouterr().err
     assert err.startswith("resgrad paths: ") and "would need about" in err, err
     assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_a_directory_transformers_saved_splits_into_parts_that_sum_to_torchs_gradient(
+    tmp_path, capsys
+):
+    """A GPT-2 written by transformers' own save_pretrained: the parts of dL/dx_0 add up to
+    the gradient torch autograd takes through transformers' model, and the CLI reads it."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from resgrad.formats.hf import load_hf
+    from resgrad.train.bpe import char_tokenizer_json
+
+    cfg = transformers.GPT2Config(vocab_size=len(CHARS), n_positions=16, n_embd=32, n_layer=2,
+                                  n_head=4, bos_token_id=None, eos_token_id=None,
+                                  attn_implementation="eager")  # fmt: skip
+    torch.manual_seed(0)
+    hf = transformers.GPT2LMHeadModel(cfg).to(torch.float64).eval()
+    d = tmp_path / "gpt2"
+    hf.save_pretrained(d)
+    (d / "tokenizer.json").write_text(char_tokenizer_json(CHARS), encoding="utf-8")
+
+    ids = np.random.default_rng(3).integers(0, len(CHARS), (2, 9))  # (B, T + 1)
+    sp = paths.split(paths.gpt_chain(load_hf(d, dtype=np.float64), ids[:, :-1], ids[:, 1:]),
+                     keep=True)  # fmt: skip
+    whole = sum(sp.parts[0].values())  # (B, T, C): every k's part at x_0, added
+    e = hf.transformer.wte(torch.tensor(ids[:, :-1])).detach().requires_grad_()  # (B, T, C)
+    logits = hf(inputs_embeds=e).logits  # x_0 = e + wpe, so dL/de = dL/dx_0
+    loss = torch.nn.functional.cross_entropy(
+        logits.reshape(-1, len(CHARS)), torch.tensor(ids[:, 1:]).reshape(-1)
+    )
+    loss.backward()
+    ref = e.grad.numpy()
+    assert np.linalg.norm(whole - ref) <= 1e-10 * np.linalg.norm(ref)
+    assert (sp.norms[0] > 1e-3 * sp.norms[0].max()).sum() >= 3  # a real split, not one k
+
+    text = tmp_path / "t.txt"
+    text.write_text(CHARS * 20, encoding="utf-8")
+    capsys.readouterr()
+    assert main(["paths", str(d), "--text", str(text), "--seq", "8", "--batch", "2",
+                 "--seeds", "1", "--format", "json", "--threads", "1"]) == 0  # fmt: skip
+    got = json.loads(capsys.readouterr().out)
+    assert got["n"] == 4

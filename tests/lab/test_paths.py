@@ -432,3 +432,12 @@ def test_model_veit_samples_each_seeds_windows():
     assert not np.allclose(got[0].mean, got[1].mean)  # two batches, two estimates
     with pytest.raises(ValueError, match="seq 9 is longer than the model's context of 8"):
         paths.model_veit(m, ids, seq=9, batch=2, seeds=(0,), samples=1)
+
+
+def test_a_split_too_long_to_finish_is_refused_before_it_starts(monkeypatch):
+    monkeypatch.setattr(paths, "MAX_SPLIT_BRANCHES", 5)
+    chain = paths.stack_chain(StackConfig(), 6)
+    with pytest.raises(ValueError, match=r"6 branches needs n\(n \+ 1\)/2 = 21 branch VJPs; "
+                                         r"expected at most 5 branches"):  # fmt: skip
+        paths.split(chain)
+    assert paths.split(paths.stack_chain(StackConfig(), 5)).vjps == 15

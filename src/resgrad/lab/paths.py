@@ -97,6 +97,7 @@ __all__ = [
 
 ACTIVATIONS = ("tanh", "linear")  # the lesson's stack: tanh(x W), or x W (Veit's linear case)
 MAX_EXACT_PATHS = 1 << 16  # veit_exact enumerates every path: refuse more than this
+MAX_SPLIT_BRANCHES = 4096  # split's n(n + 1)/2 VJPs: 8.4 million at this n, minutes at C=16
 
 
 # --------------------------------------------------------------------------- the chain
@@ -479,8 +480,18 @@ def split(chain: Chain, *, joint: bool = False, keep: bool = False) -> PathSplit
     Returns
     -------
     PathSplit
+
+    Raises
+    ------
+    ValueError
+        More than :data:`MAX_SPLIT_BRANCHES` branches: n(n + 1)/2 VJPs would take hours.
     """
     n, nk = chain.n, len(chain.kinds)
+    if n > MAX_SPLIT_BRANCHES:
+        raise ValueError(
+            f"the split of {n:,} branches needs n(n + 1)/2 = {n * (n + 1) // 2:,} branch VJPs; "
+            f"expected at most {MAX_SPLIT_BRANCHES:,} branches (a depth of that many sublayers)"
+        )
     if joint:
         counts = [sum(s.kind == j for s in chain.steps) for j in range(nk)]
         keys = tuple(itertools.product(*(range(c + 1) for c in counts)))
