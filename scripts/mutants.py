@@ -61,6 +61,7 @@ MODEL = ("tests/nn/test_model.py",)
 NANOGPT = ("tests/formats/test_nanogpt.py",)
 OPTIM = ("tests/train/test_optim.py",)
 PATHS = ("tests/lab/test_paths.py",)
+KEEP_EVERY = ("tests/train/test_keep_every.py",)
 PLOTS = ("tests/test_plots.py",)
 PRETRAINED = ("tests/train/test_pretrained.py",)
 PRETRAINED_CLI_PRETRAINED = ("tests/train/test_pretrained.py", "tests/cli/test_cli_pretrained.py")
@@ -517,7 +518,7 @@ MUTANTS = [
     Mutant('config: resume_config checks the merged config before naming the change', 'train/config.py',
            '    _refuse_changes({k: v for k, v in overrides.items() if k in fields}, saved, path)\n',
            '', LOOP_CHECKPOINT_COMPAT),
-    # -- train/rundir.py (4)
+    # -- train/rundir.py (5)
     Mutant("rundir: a kill's torn last line is reported as damage", 'train/rundir.py',
            'if line.endswith("\\n"):  # not the tail a kill cut short: damage',
            'if True:  # not the tail a kill cut short: damage', RUNDIR),
@@ -530,7 +531,16 @@ MUTANTS = [
     Mutant('rundir: an evaluation without its losses is a record', 'train/rundir.py',
            'return all(isinstance(r.get(k), (int, float)) for k in _RECORD_FIELDS[r["kind"]])',
            'return True', RUNDIR),
-    # -- train/loop.py (8)
+    Mutant('rundir: kept checkpoints listed by name, not by iteration', 'train/rundir.py',
+           '    return sorted(found)\n',
+           '    return sorted(found, key=lambda f: f[1])\n', RUNDIR),
+    # -- train/loop.py (10)
+    Mutant('loop: keep_every keeps no checkpoint at the end', 'train/loop.py',
+           'if cfg.keep_every and (it % cfg.keep_every == 0 or it >= cfg.max_iters):',
+           'if cfg.keep_every and it % cfg.keep_every == 0:', KEEP_EVERY),
+    Mutant('loop: a fresh run over kept checkpoints is not refused', 'train/loop.py',
+           '        if os.path.exists(last_path) or kept:',
+           '        if os.path.exists(last_path):', KEEP_EVERY),
     Mutant('loop: trainer skips gradient clipping', 'train/loop.py',
            'total = clip_grad_norm(grads, grad_clip, norms)',
            'total = clip_grad_norm(grads, 0.0, norms)', LOOP),

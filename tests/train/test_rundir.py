@@ -3,6 +3,7 @@
 import json
 import os
 
+from resgrad.train import rundir
 from resgrad.train.rundir import read_metrics
 
 
@@ -59,3 +60,12 @@ def test_holding_out_dir_removes_a_killed_writes_temporaries_and_says_so(tmp_pat
     left = run(SimpleNamespace(out_dir=str(out), data=None), log=said.append)
     assert stale.name not in left and other.name in left
     assert said == [f"removed 1 temporary file(s) a killed run left in {str(out)!r}"]
+
+
+def test_kept_checkpoints_come_in_iteration_order_not_name_order(tmp_path):
+    for name in ("ckpt-10.ckpt", "ckpt-5.ckpt", "ckpt-100.ckpt", "ckpt-05.ckpt", "last.ckpt",
+                 ".ckpt-20.ckpt.x1.tmp"):  # fmt: skip
+        (tmp_path / name).write_bytes(b"x")
+    (tmp_path / "ckpt-7.ckpt").mkdir()  # a directory is no checkpoint
+    got = rundir.kept_checkpoints(tmp_path)
+    assert got == [(i, str(tmp_path / f"ckpt-{i}.ckpt")) for i in (5, 10, 100)]
