@@ -33,3 +33,12 @@ def torch():
     t.set_default_dtype(t.float64)
     yield t
     t.set_default_dtype(t.float32)
+
+
+@pytest.fixture
+def text_file(tmp_path):
+    """A small training text (a pangram, 40 times) as a path; modules with their own
+    text define their own ``text_file``."""
+    p = tmp_path / "data.txt"
+    p.write_text("the quick brown fox jumps over the lazy dog. " * 40, encoding="utf-8")
+    return str(p)

@@ -3,6 +3,7 @@ import os
 import pytest
 
 from resgrad.formats.atomic import atomic_write, atomic_write_bytes, atomic_write_text
+from tests.crashes import fail_rename_at, killed_at
 
 
 def test_text_and_bytes_round_trip(tmp_path):
@@ -197,19 +198,10 @@ def test_a_failure_at_each_rename_leaves_the_old_directory_and_no_temporary(tmp_
     d = tmp_path / "model"
     with staged_dir(d) as stage:
         _fill(stage, "old")
-    real_replace = os.replace
     k = 0
     while True:
         k += 1
-        calls = []
-
-        def replace(src, dst, calls=calls, k=k):
-            calls.append(src)
-            if len(calls) == k:
-                raise OSError(f"simulated failure at rename {k}")
-            real_replace(src, dst)
-
-        monkeypatch.setattr(os, "replace", replace)
+        fail_rename_at(monkeypatch, k)
         try:
             with staged_dir(d, replace=True) as stage:
                 _fill(stage, "new")
@@ -235,36 +227,6 @@ def test_a_failing_body_leaves_the_old_directory_and_no_temporary(tmp_path):
     assert _version(d) == "old" and os.listdir(tmp_path) == ["model"]
 
 
-def _killed_at(step, fn):
-    """Run ``fn`` in a forked child that SIGKILLs itself at its ``step``-th call of
-    os.fsync, os.replace or shutil.rmtree (before the call). True if it was killed."""
-    import shutil
-    import signal
-
-    pid = os.fork()
-    if pid == 0:  # the child: never returns into pytest
-        try:
-            n = [0]
-
-            def hook(real):
-                def call(*a, **k):
-                    n[0] += 1
-                    if n[0] == step:
-                        os.kill(os.getpid(), signal.SIGKILL)
-                    return real(*a, **k)
-
-                return call
-
-            os.fsync, os.replace = hook(os.fsync), hook(os.replace)
-            shutil.rmtree = hook(shutil.rmtree)
-            fn()
-        finally:
-            os._exit(0)
-    _, status = os.waitpid(pid, 0)
-    assert os.WIFSIGNALED(status) or os.WEXITSTATUS(status) == 0, status
-    return os.WIFSIGNALED(status)
-
-
 def test_a_kill_at_any_step_leaves_the_old_or_the_new_directory(tmp_path):
     """SIGKILL at every fsync, rename and removal of a replacing staged_dir: the directory
     is the old one or the new one; killed between the two renames, the old one is aside,
@@ -284,7 +246,7 @@ def test_a_kill_at_any_step_leaves_the_old_or_the_new_directory(tmp_path):
             with staged_dir(d, replace=True) as stage:
                 _fill(stage, "new")
 
-        killed = _killed_at(step, write_new)
+        killed = killed_at(step, write_new)
         if not d.exists():  # between the renames
             seen.add("missing")
             assert remove_stale_staging(d) and _version(d) == "old"

@@ -17,6 +17,7 @@ from resgrad.formats.hf import HF_NAMES, export_hf, gpt_from_state, load_hf, nan
 from resgrad.nn.model import GPT, GPTConfig
 from resgrad.train.sample import generate
 from resgrad.verify.selfcheck import randomize_params
+from tests.crashes import fail_rename_at, killed_at
 
 LOGITS_TOL_64 = 1e-10  # max |logits - ref| / max |ref|, float64
 GRAD_TOL = 1e-10  # per parameter: ||g - g_ref|| / ||g_ref||, float64
@@ -769,17 +770,8 @@ def test_an_export_failing_at_each_rename_leaves_the_old_model(tmp_path, monkeyp
     (old, old_tj), (new, new_tj) = _two_models()
     d = tmp_path / "hf"
     export_hf(old, d, tokenizer_json=old_tj)
-    real_replace = os.replace
     for k in (1, 2):  # the old one aside; the new one in place
-        calls = []
-
-        def replace(src, dst, calls=calls, k=k):
-            calls.append(src)
-            if len(calls) == k:
-                raise OSError(f"disk full at rename {k}")
-            real_replace(src, dst)
-
-        monkeypatch.setattr(os, "replace", replace)
+        fail_rename_at(monkeypatch, k, "disk full")
         with pytest.raises(OSError, match=f"rename {k}"):
             export_hf(new, d, tokenizer_json=new_tj, force=True)
         assert _which(d, (old, old_tj), (new, new_tj)) == "old"
@@ -791,7 +783,6 @@ def test_a_killed_export_leaves_the_old_model_or_the_new_one(tmp_path):
     the old model or the new one, never new weights beside the old config; killed between
     the renames, the old model is aside, whole, and the next export puts it back first.
     The next export removes every temporary a kill left."""
-    from tests.formats.test_atomic import _killed_at
 
     (old, old_tj), (new, new_tj) = _two_models()
     d = tmp_path / "hf"
@@ -801,7 +792,7 @@ def test_a_killed_export_leaves_the_old_model_or_the_new_one(tmp_path):
         step += 1
         export_hf(old, d, tokenizer_json=old_tj, force=True)  # cleans up the previous kill
         assert os.listdir(tmp_path) == ["hf"], os.listdir(tmp_path)
-        killed = _killed_at(step, lambda: export_hf(new, d, tokenizer_json=new_tj, force=True))
+        killed = killed_at(step, lambda: export_hf(new, d, tokenizer_json=new_tj, force=True))
         if not d.exists():  # killed between the renames: the old one aside comes back
             seen.append("missing")
             with pytest.raises(ValueError, match="already holds a model"):

@@ -10,13 +10,6 @@ from resgrad.cli import main
 from resgrad.lab.depthtrain import DepthTrainConfig
 
 
-@pytest.fixture
-def text_file(tmp_path):
-    p = tmp_path / "data.txt"
-    p.write_text("the quick brown fox jumps over the lazy dog. " * 40, encoding="utf-8")
-    return str(p)
-
-
 def test_depth_train_cli_tiny(tmp_path, text_file, capsys):
     out = str(tmp_path / "depth")
     args = ["depth-train", "--n-layer", "2", "--n-head", "2", "--n-embd", "16", "--block-size",

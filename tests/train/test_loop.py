@@ -27,13 +27,6 @@ TINY_FLAGS = [
 ]  # fmt: skip
 
 
-@pytest.fixture
-def text_file(tmp_path):
-    p = tmp_path / "data.txt"
-    p.write_text("the quick brown fox jumps over the lazy dog. " * 40, encoding="utf-8")
-    return str(p)
-
-
 def _cfg(tmp_path, name, text_file, **kw):
     return TrainConfig(**{**TINY, "data": text_file, "out_dir": str(tmp_path / name), **kw})
 

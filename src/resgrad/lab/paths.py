@@ -56,7 +56,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from resgrad.lab.lesson import StackConfig, make_bank, sublayer_backward, sublayer_forward
-from resgrad.lab.realflow import text_windows
+from resgrad.lab.realflow import check_seq, text_windows
 from resgrad.nn.layers import (
     ATTN_KEYS,
     MLP_KEYS,
@@ -770,16 +770,7 @@ def model_splits(
     ValueError
         A ``seq`` longer than the model's context, or a text too short for it.
     """
-    c = model.cfg
-    if seq > c.block_size:
-        raise ValueError(f"seq {seq} is longer than the model's context of {c.block_size}")
-    if model.dtype != np.float64:
-        model = GPT.from_params(c, {k: v.astype(np.float64) for k, v in model.params.items()})
-    out = []
-    for s in seeds:
-        w = text_windows(ids, seq, batch, s)  # (B, T + 1)
-        out.append(split(gpt_chain(model, w[:, :-1], w[:, 1:]), joint=joint))
-    return out
+    return _on_windows(model, ids, seq, batch, seeds, lambda s, chain: split(chain, joint=joint))
 
 
 def model_veit(
@@ -793,15 +784,28 @@ def model_veit(
 ) -> list[VeitEstimate]:
     """Veit's sampled estimate (:func:`veit_sample`) on the windows of each seed, one chain
     at a time: the same batches as :func:`model_splits` with the same arguments."""
-    c = model.cfg
-    if seq > c.block_size:
-        raise ValueError(f"seq {seq} is longer than the model's context of {c.block_size}")
-    if model.dtype != np.float64:
-        model = GPT.from_params(c, {k: v.astype(np.float64) for k, v in model.params.items()})
+
+    def sample(s: int, chain: Chain) -> VeitEstimate:
+        return veit_sample(chain, samples, sample_seed)  # one sampling seed for every batch
+
+    return _on_windows(model, ids, seq, batch, seeds, sample)
+
+
+def _on_windows(
+    model: GPT, ids: np.ndarray, seq: int, batch: int, seeds: Sequence[int], fn: Callable
+) -> list:
+    """``[fn(seed, chain) for seed in seeds]``: the chain is the model in float64 on that
+    seed's windows of ``ids`` (N,), drawn as ``resgrad flow --from-pretrained`` draws
+    them. One chain alive at a time: each is dropped before the next forward."""
+    check_seq(model.cfg, seq)
+    if model.dtype != np.float64:  # float32 parts could not sum to the gradient to 1e-12
+        model = GPT.from_params(
+            model.cfg, {k: v.astype(np.float64) for k, v in model.params.items()}
+        )
     out = []
     for s in seeds:
         w = text_windows(ids, seq, batch, s)  # (B, T + 1)
-        out.append(veit_sample(gpt_chain(model, w[:, :-1], w[:, 1:]), samples, sample_seed))
+        out.append(fn(s, gpt_chain(model, w[:, :-1], w[:, 1:])))  # inputs, targets: (B, T)
     return out
 
 

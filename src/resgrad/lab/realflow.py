@@ -19,9 +19,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from resgrad.lab.flow import FlowConfig, FlowRecord, Profile, _lm_profile, aggregate
-from resgrad.nn.model import GPT
+from resgrad.nn.model import GPT, GPTConfig
 
-__all__ = ["measure_model", "text_windows"]
+__all__ = ["check_seq", "measure_model", "text_windows"]
 
 
 def text_windows(ids: np.ndarray, seq: int, batch: int, seed: int) -> np.ndarray:
@@ -38,6 +38,12 @@ def text_windows(ids: np.ndarray, seq: int, batch: int, seed: int) -> np.ndarray
     rng = np.random.default_rng([seed, 1])
     starts = rng.integers(0, len(ids) - seq, size=batch)  # (B,)
     return ids[starts[:, None] + np.arange(seq + 1)]  # (B, T + 1)
+
+
+def check_seq(cfg: GPTConfig, seq: int) -> None:
+    """Refuse windows of ``seq`` tokens longer than the model's context (its block_size)."""
+    if seq > cfg.block_size:
+        raise ValueError(f"seq {seq} is longer than the model's context of {cfg.block_size}")
 
 
 def measure_model(
@@ -61,8 +67,7 @@ def measure_model(
         A ``seq`` longer than the model's context, or a text too short for it.
     """
     c = model.cfg
-    if seq > c.block_size:
-        raise ValueError(f"seq {seq} is longer than the model's context of {c.block_size}")
+    check_seq(c, seq)
     cfg = FlowConfig(
         variant=c.variant, depth=c.n_layer, width=c.n_embd, heads=c.n_head, seq=seq,
         batch=batch, init=c.init, loss="lm", seeds=tuple(seeds), vocab=c.vocab_size,
