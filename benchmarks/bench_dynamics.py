@@ -18,16 +18,12 @@ import statistics
 import tempfile
 import time
 
-import numpy as np
 from threadpoolctl import threadpool_info
 
-from resgrad.nn.model import GPT
+from resgrad.perf.bench import recipe_copies
 from resgrad.perf.heap import keep_freed_memory
-from resgrad.train.config import TrainConfig
-from resgrad.train.data import get_batch, load_corpus
 from resgrad.train.dynamics import DynamicsMonitor, DynamicsWriter, make_record
 from resgrad.train.loop import train_step
-from resgrad.train.optim import AdamW
 
 
 def main() -> None:
@@ -37,13 +33,8 @@ def main() -> None:
     args = ap.parse_args()
     keep_freed_memory()  # as `resgrad train` does
 
-    cfg = TrainConfig()  # the defaults are the recipe
-    corpus = load_corpus(cfg.data, cfg.block_size)
+    cfg, models, opts, batches = recipe_copies(2)  # same seed, same batches
     L = cfg.n_layer
-    models = [GPT(cfg.gpt_config(corpus.tokenizer.vocab_size), seed=cfg.seed) for _ in "ab"]
-    opts = [AdamW(m.params, cfg.adamw()) for m in models]
-    rng = np.random.default_rng(0)
-    batches = [get_batch(corpus.train, cfg.block_size, cfg.batch_size, rng) for _ in range(20)]
     times: dict[bool, list[float]] = {False: [], True: []}
     with tempfile.TemporaryDirectory() as run_dir, DynamicsWriter(run_dir, L) as writer:
         monitor = DynamicsMonitor(lambda s: None)

@@ -10,9 +10,14 @@ A step is forward + backward + AdamW. resgrad's is the trainer's: the batch as
 ``DEFAULT_SHARDS`` shards on threads (resgrad.train.shards); the row "plain" is the
 same step as one shard, so the gain of the shards is measured in the same run.
 Both frameworks have the same config, the same parameter count (checked) and the
-same thread count; the steps alternate between the three in blocks of 5, each
-block after a short pause that lets the others' spinning BLAS/OpenMP threads go
-quiet and one untimed step, and each figure is the median of ``--steps`` steps.
+same thread count. PyTorch's step runs in a child process of its own (as nanoGPT's
+train.py runs it; this process never imports PyTorch), so the two runtimes' thread
+pools never share a process: PyTorch's step timed beside resgrad's in one process was
+slower than in a process of its own (cpu-recipe 48.2 against 43.9 ms, issue 23). The
+child builds its model once and, on each request, times a block of steps and sends the
+times back; the steps alternate between the three in blocks of 5, each block after a
+short pause that lets the others' spinning BLAS/OpenMP threads go quiet and one untimed
+step, and each figure is the median of ``--steps`` steps.
 GFLOP/s come from resgrad's counted matmul FLOPs (attention included), the same count for both, as a
 fraction of the float32 matmul peak measured in this run. Peak memory is
 measured in a fresh child process per framework. PyTorch is optional: without
@@ -26,6 +31,8 @@ LM head tied to the token embedding, and torch.optim.AdamW.
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
+import importlib.util
 import json
 import os
 import subprocess
@@ -53,7 +60,9 @@ from resgrad.perf.heap import keep_freed_memory
 
 BLOCK = 5  # timed steps of one framework before switching to the other
 
-torch = F = nn = None  # imported by _import_torch(): the resgrad memory probe must not pay for it
+# imported by _import_torch() in PyTorch's own processes (the worker, the memory probe) only:
+# the timing parent and resgrad's memory probe never load it
+torch = F = nn = None
 
 
 def _import_torch() -> bool:
@@ -123,6 +132,66 @@ def torch_step_fn(cfg: BenchConfig, seed: int = 0):
     return model, step
 
 
+def torch_worker(name: str, threads: int) -> None:
+    """The child process timing PyTorch's step: one JSON line per request on stdin, one back.
+
+    It builds the ``name`` config's model, takes two warm-up steps and sends
+    ``{"params": ..., "torch": version}``; then each request ``{"steps": n, "warmup": w}``
+    is answered with ``{"times": [...]}``, the wall seconds of n steps after w untimed
+    ones (:func:`resgrad.perf.bench.time_steps`). It ends when stdin closes.
+    """
+    _import_torch()
+    torch.set_num_threads(threads)
+    keep_freed_memory()  # as in the parent and the memory probe (resgrad.perf.heap)
+    reply, sys.stdout = sys.stdout, sys.stderr  # stdout carries the replies, nothing else
+
+    def send(obj: dict) -> None:
+        reply.write(json.dumps(obj) + "\n")
+        reply.flush()
+
+    model, step = torch_step_fn(BENCH_CONFIGS[name])
+    step()  # warm-up
+    step()
+    send({"params": sum(p.numel() for p in model.parameters()), "torch": torch.__version__})
+    for line in sys.stdin:
+        req = json.loads(line)
+        send({"times": time_steps(step, req["steps"], warmup=req["warmup"])})
+
+
+class TorchWorker:
+    """The parent's handle on :func:`torch_worker`: ``with TorchWorker(name, threads) as w:``,
+    then ``w.time_steps(n)`` times a block of n steps in the child, which sits idle (blocked
+    on its stdin) between requests."""
+
+    def __init__(self, name: str, threads: int):
+        argv = [sys.executable, os.path.abspath(__file__), "--torch-worker", name,
+                "--threads", str(threads)]  # fmt: skip
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.info = self._read()  # {"params": ..., "torch": ...}
+
+    def _read(self) -> dict:
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the PyTorch worker exited (status {self.proc.wait()})")
+        return json.loads(line)
+
+    def time_steps(self, n: int, warmup: int = 1) -> list[float]:
+        self.proc.stdin.write(json.dumps({"steps": n, "warmup": warmup}) + "\n")
+        self.proc.stdin.flush()
+        return self._read()["times"]
+
+    def __enter__(self) -> TorchWorker:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.proc.stdin.close()  # the worker's loop ends
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
 def torch_child(name: str, steps: int = 3) -> None:
     """PyTorch's memory probe: build the model, train a few steps, print the peak memory."""
     _import_torch()
@@ -133,34 +202,41 @@ def torch_child(name: str, steps: int = 3) -> None:
     print(f"peak_mib {own_peak_rss_mib()}")
 
 
-def bench_config(cfg: BenchConfig, steps: int, peak: float) -> dict:
-    if torch is None:
+def bench_config(cfg: BenchConfig, steps: int, peak: float, threads: int | None) -> dict:
+    """One config's figures; ``threads`` None: PyTorch is not installed, resgrad's alone."""
+    if threads is None:
         return resgrad_figures(cfg, steps, peak)
     with (
         resgrad_stepper(cfg) as (model, r_step),  # the trainer's step: DEFAULT_SHARDS on threads
         resgrad_stepper(cfg, shards=1) as (_, p_step),  # the plain pass, one shard
+        TorchWorker(cfg.name, threads) as worker,  # PyTorch's step, in its own process
     ):
-        return _side_by_side(cfg, steps, peak, model, r_step, p_step)
+        return _side_by_side(cfg, steps, peak, model, r_step, p_step, worker)
 
 
-def _side_by_side(cfg: BenchConfig, steps: int, peak: float, model, r_step, p_step) -> dict:
+def _side_by_side(
+    cfg: BenchConfig, steps: int, peak: float, model, r_step, p_step, worker: TorchWorker
+) -> dict:
     flops = model.flops_per_step(cfg.batch_size, cfg.block_size)
     row = {"config": cfg.name, "params": model.num_params(), "flops_per_step": flops,
            "floor_flops": flops - cfg.masked_flops}  # fmt: skip
-    t_model, t_step = torch_step_fn(cfg)
-    t_params = sum(p.numel() for p in t_model.parameters())
+    t_params = worker.info["params"]
     if t_params != model.num_params():
         raise SystemExit(f"{cfg.name}: resgrad has {model.num_params()} params, torch {t_params}")
-    steppers = {"resgrad": r_step, "plain": p_step, "torch": t_step}
-    for step in steppers.values():  # warm-up each
+    steppers = {"resgrad": r_step, "plain": p_step}
+    for step in steppers.values():  # warm-up each (the worker took its own two)
         step()
         step()
+    steppers["torch"] = None  # timed in the worker
     times = {name: [] for name in steppers}
     for done in range(0, steps, BLOCK):  # alternate in blocks, so all see the same machine:
         n = min(BLOCK, steps - done)  # each block after the other's threads have gone quiet
         for name, step in steppers.items():  # and one untimed step, so it times steady
             settle()  # training, not a wake-up
-            times[name] += time_steps(step, n, warmup=1)
+            if step is None:
+                times[name] += worker.time_steps(n, warmup=1)
+            else:
+                times[name] += time_steps(step, n, warmup=1)
     for name in steppers:
         row[name] = figures(times[name], cfg, flops, peak).as_dict()
     row["resgrad"]["peak_mib"] = peak_memory_mib(resgrad_probe_argv(cfg.name))
@@ -175,7 +251,12 @@ def _side_by_side(cfg: BenchConfig, steps: int, peak: float, model, r_step, p_st
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--config", choices=[*BENCH_CONFIGS, "all"], default="all")
-    p.add_argument("--steps", type=int, default=10, help="timed steps per framework (>= 10)")
+    p.add_argument(
+        "--steps",
+        type=int,
+        default=10,
+        help="timed steps per framework (default 10; fewer: a quick check)",
+    )
     p.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
     p.add_argument(
         "--both-env",
@@ -183,12 +264,15 @@ def main() -> None:
         help="run once as set and once with OPENBLAS_CORETYPE/L2_SIZE unset",
     )
     p.add_argument("--torch-child", metavar="CONFIG", help=argparse.SUPPRESS)
+    p.add_argument("--torch-worker", metavar="CONFIG", help=argparse.SUPPRESS)
+    p.add_argument("--threads", type=int, default=1, help=argparse.SUPPRESS)  # the worker's
     args = p.parse_args()
     if args.torch_child:
         return torch_child(args.torch_child)
-    _import_torch()
-    if args.steps < 10:
-        p.error(f"--steps must be at least 10, got {args.steps}")
+    if args.torch_worker:
+        return torch_worker(args.torch_worker, args.threads)
+    if args.steps < 1:
+        p.error(f"--steps must be at least 1, got {args.steps}")
     if args.both_env:
         argv = [a for a in sys.argv[1:] if a != "--both-env"]
         env = {k: v for k, v in os.environ.items() if not k.startswith("OPENBLAS_")}
@@ -198,21 +282,30 @@ def main() -> None:
         return None
     threads = [i.get("num_threads") for i in blas_info()]
     n_threads = threads[0] if threads and threads[0] else os.cpu_count()
-    if torch is not None:
-        torch.set_num_threads(n_threads)
+    # PyTorch is not imported here: it runs in a worker process of its own (TorchWorker)
+    torch_version = (
+        importlib.metadata.version("torch") if importlib.util.find_spec("torch") else None
+    )
     env = {k: os.environ.get(k, "(unset)") for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
     # what `resgrad train` does: freed arrays are reused, not faulted in afresh each step
-    # (resgrad.perf.heap); process-wide, so PyTorch runs under it too (its timing is unchanged)
+    # (resgrad.perf.heap); PyTorch's worker sets the same in its process (its timing is
+    # unchanged by it)
     heap_kept = keep_freed_memory()
     peak = matmul_peak_gflops()
     print(machine_header(peak, heap_kept))
-    print(f"PyTorch: {torch.__version__ if torch else 'not installed, resgrad alone'}")
+    if torch_version is None:
+        print("PyTorch: not installed, resgrad alone")
+    else:
+        print(f"PyTorch: {torch_version}, in a process of its own, {n_threads} threads")
+    if args.steps < 10:
+        print(f"--steps {args.steps}: a quick check; the figures want 10 or more")
     names = ALL_CONFIGS if args.config == "all" else [args.config]
     rows = []
     for name in names:
         settle()
         peak = max(peak, matmul_peak_gflops())  # the best reading so far: see its docstring
-        rows.append(bench_config(BENCH_CONFIGS[name], args.steps, peak))
+        t_threads = n_threads if torch_version else None
+        rows.append(bench_config(BENCH_CONFIGS[name], args.steps, peak, t_threads))
         rows[-1]["peak_gflops"] = peak
         print(format_row(rows[-1]))
     if args.json:

@@ -44,3 +44,29 @@ def killed_at(step: int, fn) -> bool:
     _, status = os.waitpid(pid, 0)
     assert os.WIFSIGNALED(status) or os.WEXITSTATUS(status) == 0, status
     return os.WIFSIGNALED(status)
+
+
+def synced_at_each_checkpoint(monkeypatch, files) -> list[bool]:
+    """Watch every checkpoint the training loop saves: whether each of ``files(path)`` (the
+    files that must be durable before the checkpoint at ``path``) had been fsynced at its
+    current size. Returns the list the saves fill, one bool per save."""
+    import resgrad.train.loop as loop
+
+    synced = {}  # inode -> file size at its last fsync
+    real_fsync, real_save = os.fsync, loop.save_checkpoint
+
+    def fsync(fd):
+        st = os.fstat(fd)
+        synced[st.st_ino] = st.st_size
+        return real_fsync(fd)
+
+    checks = []
+
+    def save(path, *a, **kw):
+        sts = [os.stat(f) for f in files(path)]
+        checks.append(bool(sts) and all(synced.get(st.st_ino) == st.st_size for st in sts))
+        return real_save(path, *a, **kw)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(loop, "save_checkpoint", save)
+    return checks

@@ -94,7 +94,7 @@ def test_ruff_is_clean():
 FLOORS = [
     ("nn", ["residual", "layers", "blocks", "model"]),  # the model
     ("verify", ["gradcheck", "selfcheck"]),  # the proofs
-    ("formats", ["atomic", "lock", "records", "checkpoint", "hf", "nanogpt"]),  # files
+    ("formats", ["atomic", "lock", "records", "events", "checkpoint", "hf", "nanogpt"]),  # files
     ("plots", [""]),  # figures
     (
         "train",
@@ -108,6 +108,7 @@ FLOORS = [
             "shards",
             "config",
             "rundir",
+            "trackers",
             "loop",
         ],
     ),  # training

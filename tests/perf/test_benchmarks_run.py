@@ -21,13 +21,20 @@ SMALLEST = {
     "bench_adamw.py": (["--config", "cpu-recipe", "--steps", "2"], ()),
     "bench_dynamics.py": (["--steps", "2", "--block", "1"], ()),
     "bench_flow.py": (["--repeat", "1"], ()),
+    "bench_flow_profile.py": (
+        ["--config", "cpu-recipe", "--seq", "16", "--batch", "2", "--repeat", "1"],
+        (),
+    ),
+    "bench_generate.py": (["--config", "cpu-recipe", "--new-tokens", "8", "--repeat", "1"], ()),
     "bench_gradcheck.py": (["--directions", "2", "--repeat", "1"], ()),
+    "bench_nanogpt_recipe.py": ([], ()),
     "bench_ops.py": (["--config", "cpu-recipe", "--steps", "1"], ("torch",)),
     "bench_paths.py": (["--small"], ()),
     "bench_sample.py": (["--config", "cpu-recipe", "--context", "8", "--repeat", "1"], ()),
     "bench_shards.py": (["--seconds", "0.01"], ()),
     "bench_train_recipe.py": (["--iters", "2", "--warmup", "1"], ()),
     "bench_train_step.py": (["--config", "cpu-recipe", "--steps", "10"], ("torch",)),
+    "bench_trackers.py": (["--steps", "2", "--block", "1", "--hist-every", "1"], ("tensorboardX",)),
     "gpt2_parity.py": ([], ("torch", "transformers")),
 }
 

@@ -21,6 +21,7 @@ from resgrad.train.dynamics import (
 )
 from resgrad.train.loop import train, train_step
 from resgrad.train.optim import AdamW, AdamWConfig, grad_norms
+from tests.crashes import synced_at_each_checkpoint
 
 TINY = dict(
     n_layer=3, n_head=2, n_embd=16, block_size=8, batch_size=4, warmup_iters=2,
@@ -360,24 +361,8 @@ def test_the_records_before_a_checkpoint_are_fsynced_before_it_is_saved(
 ):
     """Durability: at each checkpoint save, dynamics.bin has been fsynced at its current size
     (a power cut must not leave a checkpoint with fewer records before it)."""
-    import resgrad.train.loop as loop
-
-    synced = {}  # inode -> file size at its last fsync
-    real_fsync, real_save = os.fsync, loop.save_checkpoint
-
-    def fsync(fd):
-        st = os.fstat(fd)
-        synced[st.st_ino] = st.st_size
-        return real_fsync(fd)
-
-    checks = []
-
-    def save(path, *a, **kw):
-        st = os.stat(os.path.join(os.path.dirname(path), DYNAMICS_BIN))
-        checks.append(synced.get(st.st_ino) == st.st_size)
-        return real_save(path, *a, **kw)
-
-    monkeypatch.setattr(os, "fsync", fsync)
-    monkeypatch.setattr(loop, "save_checkpoint", save)
+    checks = synced_at_each_checkpoint(
+        monkeypatch, lambda path: [os.path.join(os.path.dirname(path), DYNAMICS_BIN)]
+    )
     _train(tmp_path, "run", text_file, max_iters=10, eval_interval=5)
     assert len(checks) == 3 and all(checks), checks  # iterations 0, 5 and 10

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from resgrad.formats.records import to_csv, to_json
+from resgrad.train.trackers import LOG_TO, LogConfig, require
 
 
 class Parser(argparse.ArgumentParser):
@@ -199,6 +200,49 @@ def add_threads(p: argparse.ArgumentParser) -> None:
         help="BLAS threads for the matrix products (default: the BLAS library's own choice, "
         "usually one per core); 1 is fastest on a machine that other work keeps busy",
     )
+
+
+LOG_FLAGS = ("--log-dir", "--hist-every", "--project", "--run-name")
+
+
+def add_log_to(p: argparse.ArgumentParser, what: str = "the run") -> None:
+    """``--log-to tensorboard,wandb,trackio`` and its settings: dashboards for ``what``."""
+    d = LogConfig()
+    p.add_argument(
+        "--log-to",
+        type=name_list(LOG_TO),
+        default=(),
+        help=f"also send {what}'s losses, per-layer dynamics and histograms to these "
+        f"dashboards, comma-separated: {', '.join(LOG_TO)} (each an optional extra, "
+        'e.g. pip install "resgrad[tensorboard]"; wandb runs offline)',
+    )
+    p.add_argument(
+        "--log-dir",
+        default=None,
+        help="TensorBoard's log directory (default: tb/ in the output directory)",
+    )
+    p.add_argument(
+        "--hist-every",
+        type=nonneg_int,
+        default=d.hist_every,
+        help=f"steps between parameter and gradient histograms (0: none; default: {d.hist_every})",
+    )
+    p.add_argument(
+        "--project", default=d.project, help=f"wandb/trackio project (default: {d.project})"
+    )
+    p.add_argument("--run-name", default=None, help="wandb/trackio run name (default: the "
+                   "output directory's name)")  # fmt: skip
+
+
+def log_config(args: argparse.Namespace) -> LogConfig:
+    """The LogConfig the flags of :func:`add_log_to` ask for; its trackers are importable."""
+    clash = typed(args.argv, LOG_FLAGS)
+    if clash and not args.log_to:  # it would be ignored without a word
+        raise ValueError(f"{', '.join(clash)} sets how a dashboard logs; it needs --log-to")
+    log = LogConfig(to=args.log_to, dir=args.log_dir, hist_every=args.hist_every,
+                    name=args.run_name, project=args.project)  # fmt: skip
+    require(log.to)  # a missing extra is said before anything runs
+    return log
 
 
 def render_rows(rows: Sequence, keys: Sequence[str], fmt: str, meta: dict | None = None) -> str:

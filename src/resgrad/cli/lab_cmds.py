@@ -14,7 +14,8 @@ from resgrad.lab.sweep import BACKENDS
 from resgrad.nn.blocks import INITS, VARIANTS
 from resgrad.perf import memory
 from resgrad.plots import plot_format, save_figure
-from resgrad.train.dynamics import read_dynamics
+from resgrad.train.dynamics import DYNAMICS_HEADER, read_dynamics
+from resgrad.train.trackers import TB_DIR, cell_dirs, export_many, export_tensorboard
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -39,6 +40,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="blocks drawn as lines, e.g. 0,5,11 (default: first, middle, last)",
     )
     p.add_argument("--out", default=None, help="PNG or SVG (default: RUN_DIR/dynamics.png)")
+    p.add_argument(
+        "--export",
+        nargs="+",
+        metavar=("tensorboard", "DIR"),
+        default=None,
+        help="instead of drawing, write the run's records as TensorBoard event files in DIR "
+        "(default: RUN_DIR/tb); an experiment's directory: one run per cell in DIR/<cell>",
+    )
+    p.add_argument("--force", action="store_true", help="--export: replace a non-empty DIR")
     p.set_defaults(func=cmd_dynamics)
 
     p = sub.add_parser(
@@ -69,6 +79,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_dynamics(args: argparse.Namespace) -> int:
+    if args.export is not None:
+        return _export(args)
+    _common.refuse_with(args.argv, ("--force",), "no --export", "it replaces an export's DIR")
     out = args.out or os.path.join(args.run_dir, "dynamics.png")
     plot_format(out)  # a bad extension is refused before anything is read
     dyn = read_dynamics(args.run_dir)
@@ -78,6 +91,25 @@ def cmd_dynamics(args: argparse.Namespace) -> int:
     note = f" (a torn last record, {dyn.torn_bytes} bytes, was ignored)" if dyn.torn_bytes else ""
     n, L = len(dyn.steps), dyn.n_layer
     print(f"{n} step{'s' * (n != 1)} of {L} block{'s' * (L != 1)} drawn to {out}{note}")
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    fmt, *rest = args.export
+    if fmt != "tensorboard" or len(rest) > 1:
+        raise ValueError(
+            f"--export takes tensorboard and an optional DIR, got {' '.join(args.export)!r}"
+        )
+    _common.refuse_with(args.argv, ("--quantities", "--layers", "--out"), "--export",
+                        "they choose what a drawing shows")  # fmt: skip
+    logdir = rest[0] if rest else os.path.join(args.run_dir, TB_DIR)
+    cells = cell_dirs(args.run_dir) if not os.path.exists(
+        os.path.join(args.run_dir, DYNAMICS_HEADER)) else []  # fmt: skip
+    done = export_many(cells, logdir, force=args.force) if cells else [
+        export_tensorboard(args.run_dir, logdir, force=args.force)]  # fmt: skip
+    for path, n_steps, n_evals in done:
+        print(f"{n_steps} steps and {n_evals} evaluations written to {path}")
+    print(f"TensorBoard: tensorboard --logdir {logdir}")
     return 0
 
 
@@ -141,6 +173,7 @@ def register_experiment(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--scheduler", default=None, help="Dask scheduler address, tcp://HOST:PORT")
     p.add_argument("--connect-timeout", type=_common.positive_float, default=5.0,
                    help="seconds to wait for the scheduler (default: 5)")  # fmt: skip
+    _common.add_log_to(p, "each cell (a run named after it)")
     _common.add_threads(p)
     p.set_defaults(func=cmd_experiment)
 
@@ -150,6 +183,7 @@ def cmd_experiment(args: argparse.Namespace) -> int:
             for f, _, _ in EXPERIMENT_FLAGS}  # fmt: skip
     cfg = ExperimentConfig.defaults(args.name, **{k: v for k, v in over.items() if v is not None})
     out_dir = args.out_dir or f"out-experiment-{args.name}"
+    log_to = _common.log_config(args)
     big = cfg.largest_cell(out_dir)
     local = min(args.jobs or os.cpu_count() or 1, cfg.n_cells)  # runs at once
     workers = 1 if args.backend == "dask" else local
@@ -158,10 +192,12 @@ def cmd_experiment(args: argparse.Namespace) -> int:
                    f"C={big.n_embd} T={big.block_size} B={big.batch_size})")  # fmt: skip
     result = run_experiment(cfg, out_dir, jobs=args.jobs, backend=args.backend,
                             scheduler=args.scheduler, connect_timeout=args.connect_timeout,
-                            progress=None, threads=args.threads)  # fmt: skip
+                            progress=None, threads=args.threads, log_to=log_to)  # fmt: skip
     print(format_summary(result["summary"], result["unigram_entropy"]))
     print(f"figure: {out_dir}/{args.name}.png, table: {out_dir}/summary.md, "
           f"every cell: {out_dir}/cells.csv, runs: {out_dir}/runs/")  # fmt: skip
+    if "tensorboard" in log_to.to:
+        print(f"TensorBoard: tensorboard --logdir {log_to.dir or os.path.join(out_dir, TB_DIR)}")
     return 0
 
 

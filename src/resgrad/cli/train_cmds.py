@@ -84,6 +84,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--resume", action="store_true", help="continue the run in --out-dir from last.ckpt"
     )
+    _common.add_log_to(p)
     _common.add_threads(p)
     p.set_defaults(func=cmd_train)
 
@@ -190,6 +191,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             "the pretrained model brings its own architecture and tokenizer",
         )  # fmt: skip
     out_dir = args.out_dir if args.out_dir is not None else TrainConfig().out_dir
+    log_to = _common.log_config(args)
     if args.resume:
         cfg = resume_config(out_dir, **given)
     else:
@@ -203,7 +205,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     if cfg.init_from is None:
         fits()  # at once; a pretrained model's shape is known once it is loaded
-    res = _run("train", train, cfg, progress=None, fits=fits)
+    res = _run("train", train, cfg, progress=None, fits=fits, log_to=log_to)
     if res is None:
         return 1
     resumed = f" ({res.start} to {res.iterations})" if res.start else ""  # this call's
@@ -212,6 +214,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         f"({res.ms_per_iter:.1f} ms per iteration); train loss {res.train_loss:.4f}, "
         f"val loss {res.val_loss:.4f}, best val loss {res.best_val_loss:.4f}; in {res.out_dir}"
     )
+    if "tensorboard" in log_to.to:
+        print(f"TensorBoard: tensorboard --logdir {log_to.tensorboard_dir(res.out_dir)}")
     return 0
 
 

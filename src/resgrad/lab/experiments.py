@@ -52,6 +52,7 @@ from resgrad.train.data import check_text_file, load_corpus, unigram_entropy
 from resgrad.train.dynamics import read_dynamics
 from resgrad.train.loop import TrainingDiverged, train
 from resgrad.train.rundir import read_metrics
+from resgrad.train.trackers import LogConfig
 
 __all__ = [
     "EXPERIMENTS",
@@ -193,11 +194,12 @@ class ExperimentConfig:
         )  # fmt: skip
 
 
-def run_cell(cfg: TrainConfig) -> list[dict]:
+def run_cell(cfg: TrainConfig, log_to: LogConfig | None = None) -> list[dict]:
     """Train one cell (resuming its own checkpoint if a previous attempt was cut short).
 
     Returns one row (see ROW_FIELDS); a diverged run is a row with ``diverged`` True
-    and the losses of its last evaluation, not an error.
+    and the losses of its last evaluation, not an error. ``log_to``: the cell's
+    dashboards (:meth:`resgrad.train.trackers.LogConfig.cell`).
     """
     if os.path.exists(os.path.join(cfg.out_dir, LAST)):  # its settings: checked up front
         cfg = dataclasses.replace(cfg, resume=True)
@@ -205,7 +207,7 @@ def run_cell(cfg: TrainConfig) -> list[dict]:
            "warmup_iters": cfg.warmup_iters, "seed": cfg.seed}  # fmt: skip
     diverged = False
     try:
-        res = train(cfg, progress=False, log=lambda s: None)
+        res = train(cfg, progress=False, log=lambda s: None, log_to=log_to)
         row.update(seconds=res.seconds)
     except TrainingDiverged:
         diverged = True
@@ -226,6 +228,11 @@ def run_cell(cfg: TrainConfig) -> list[dict]:
         grad_block0=grad0, update_max=upd,
     )  # fmt: skip
     return [row]
+
+
+def _run_logged_cell(point: tuple[TrainConfig, LogConfig]) -> list[dict]:
+    """:func:`run_cell` of a (config, its dashboards) point."""
+    return run_cell(*point)
 
 
 def summarize(rows: Sequence[dict]) -> list[dict]:
@@ -340,6 +347,7 @@ def run_experiment(
     connect_timeout: float = 5.0,
     progress: bool | None = None,
     threads: int | None = None,
+    log_to: LogConfig | None = None,
 ) -> dict:
     """Run every cell of ``cfg`` into ``out_dir`` and write the results there.
 
@@ -348,7 +356,10 @@ def run_experiment(
     ``summary.md`` (the table) and ``<name>.png`` (the figure). Returns the summary.
     One experiment at a time writes ``out_dir``: a second fails at once, naming the
     holder (:func:`resgrad.formats.lock.lock_dir`). ``threads``: BLAS threads per
-    local worker (default: cores // jobs).
+    local worker (default: cores // jobs). ``log_to``: dashboards, each cell a run named
+    after it (its variant, depth, lr, warm-up and seed); TensorBoard's in
+    ``out_dir/tb/<cell>`` (or ``log_to.dir/<cell>``), so that ``tensorboard --logdir
+    out_dir/tb`` lists the cells as runs.
     """
     check_backend(jobs, backend, scheduler, connect_timeout)
     if cfg.data is not None:  # every cell reads it: refused here, before any directory
@@ -361,10 +372,11 @@ def run_experiment(
     ):
         os.makedirs(os.path.join(out_dir, "runs"), exist_ok=True)
         return _run_experiment(cfg, out_dir, jobs, backend, scheduler, connect_timeout,
-                               progress, threads)  # fmt: skip
+                               progress, threads, log_to)  # fmt: skip
 
 
-def _run_experiment(cfg, out_dir, jobs, backend, scheduler, connect_timeout, progress, threads):
+def _run_experiment(cfg, out_dir, jobs, backend, scheduler, connect_timeout, progress, threads,
+                    log_to):  # fmt: skip
     cells = cfg.cells(out_dir)
     for _, c in cells:  # a cell trained before with other settings is refused, never mixed in
         if os.path.exists(os.path.join(c.out_dir, LAST)):
@@ -377,7 +389,12 @@ def _run_experiment(cfg, out_dir, jobs, backend, scheduler, connect_timeout, pro
                 ) from None
     keys = [json.dumps([c.variant, c.n_layer, c.lr, c.warmup_iters, c.seed]) for _, c in cells]
     side = sidecar_path(os.path.join(out_dir, "cells.csv"))
-    grid = run_grid(list(zip(keys, [c for _, c in cells])), run_cell, side, jobs=jobs,
+    points = [c for _, c in cells]
+    job = run_cell
+    if log_to is not None and log_to.to:  # each cell logs under its own name
+        points = [(c, log_to.cell(n, out_dir, f"resgrad-{cfg.name}")) for n, c in cells]
+        job = _run_logged_cell
+    grid = run_grid(list(zip(keys, points)), job, side, jobs=jobs,
                     backend=backend, scheduler=scheduler, connect_timeout=connect_timeout,
                     progress=progress, desc=f"experiment {cfg.name}",
                     threads=threads)  # fmt: skip

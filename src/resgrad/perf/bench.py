@@ -26,6 +26,8 @@ import numpy as np
 
 from resgrad.nn.model import GPT, GPTConfig
 from resgrad.perf.heap import keep_freed_memory
+from resgrad.train.config import TrainConfig
+from resgrad.train.data import get_batch, load_corpus
 from resgrad.train.optim import AdamW, AdamWConfig
 from resgrad.train.shards import DEFAULT_SHARDS, Shards
 
@@ -38,6 +40,7 @@ __all__ = [
     "machine_header",
     "make_batch",
     "matmul_peak_gflops",
+    "memory_bandwidth_gbs",
     "own_peak_rss_mib",
     "peak_memory_mib",
     "resgrad_probe_argv",
@@ -115,6 +118,20 @@ def make_batch(cfg: BenchConfig, seed: int = 0) -> tuple[np.ndarray, np.ndarray]
     B, T, V = cfg.batch_size, cfg.block_size, cfg.vocab_size
     ids = rng.integers(0, V, size=(B, T + 1))  # (B, T+1)
     return ids[:, :-1], ids[:, 1:]
+
+
+def recipe_copies(k: int, n_batches: int = 20):
+    """``k`` copies of nanoGPT's CPU recipe as ``resgrad train`` builds it (same seed), each
+    with its AdamW, and ``n_batches`` batches of the built-in corpus: for benchmarks that
+    time copies side by side. Returns (TrainConfig, models, optimizers, batches)."""
+    cfg = TrainConfig()  # the defaults are the recipe
+    corpus = load_corpus(cfg.data, cfg.block_size)
+    models = [GPT(cfg.gpt_config(corpus.tokenizer.vocab_size), seed=cfg.seed) for _ in range(k)]
+    opts = [AdamW(m.params, cfg.adamw()) for m in models]
+    rng = np.random.default_rng(0)
+    batches = [get_batch(corpus.train, cfg.block_size, cfg.batch_size, rng)
+               for _ in range(n_batches)]  # fmt: skip
+    return cfg, models, opts, batches
 
 
 @contextmanager
@@ -196,6 +213,39 @@ def matmul_peak_gflops(n: int = PEAK_N, reps: int = 5) -> float:
     np.matmul(a, b, out=out)
     best = min(time_steps(lambda: np.matmul(a, b, out=out), reps, warmup=1))
     return 2 * n**3 / best / 1e9
+
+
+BANDWIDTH_MIB = 512  # the bandwidth's array size: 16x the 32 MiB L3 of the measured machine
+
+
+def memory_bandwidth_gbs(mib: int = BANDWIDTH_MIB, reps: int = 5) -> dict[str, float]:
+    """This machine's memory bandwidth as NumPy and its BLAS reach it, GB/s, best of ``reps``.
+
+    Three readings on float32 arrays of ``mib`` MiB each (far beyond the caches):
+
+    - ``sum``: one array read once by NumPy's reduction, on one thread;
+    - ``gemv``: a (R, 4096) matrix read once by a vector-matrix product ``x @ W``,
+      x (1, R), on the BLAS threads: what generating a token does with each weight;
+    - ``copy``: one array read and another written (``np.copyto``), counted as twice the
+      array's bytes (the write-allocate reads a CPU may add are not counted).
+
+    A limit uses the largest: the fastest this process was seen to move memory.
+    """
+    n = mib * 2**20 // 4  # float32 values per array
+    cols = 4096
+    a = np.ones(n, dtype=np.float32)  # (n,) touched: resident before it is timed
+    b = np.empty_like(a)  # (n,)
+    np.copyto(b, a)
+    w = a.reshape(n // cols, cols)  # (R, 4096) the same bytes as a matrix
+    x = np.ones((1, n // cols), dtype=np.float32)  # (1, R)
+    nbytes = a.nbytes
+    best = {
+        "sum": min(time_steps(a.sum, reps, warmup=1)),
+        "gemv": min(time_steps(lambda: x @ w, reps, warmup=1)),  # (1,R)@(R,4096) -> (1,4096)
+        # each byte of a moved twice: read, then written into b
+        "copy": min(time_steps(lambda: np.copyto(b, a), reps, warmup=1)) / 2,
+    }
+    return {k: nbytes / t / 1e9 for k, t in best.items()}
 
 
 def blas_info() -> list[dict]:

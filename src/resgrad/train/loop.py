@@ -31,7 +31,9 @@ evaluation, ``"kind": "eval"``; per-layer gradient norms included), ``loss.png``
 ``dynamics.bin`` and ``dynamics.json`` (per-layer gradients, update ratios, stream
 gradients and activations at every step: :mod:`resgrad.train.dynamics`). While
 training, a rate-limited one-line warning names a block whose gradient or update
-ratio goes astray (:class:`resgrad.train.dynamics.DynamicsMonitor`).
+ratio goes astray (:class:`resgrad.train.dynamics.DynamicsMonitor`). With ``log_to``,
+the same values, the evaluations and histograms also go to TensorBoard (``tb/``),
+wandb or trackio as training goes (:mod:`resgrad.train.trackers`).
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ import dataclasses
 import json
 import math
 import os
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -82,6 +85,15 @@ from resgrad.train.rundir import (
     read_metrics,
 )
 from resgrad.train.shards import Shards
+from resgrad.train.trackers import (
+    LogConfig,
+    Tracker,
+    config_for,
+    eval_scalars,
+    open_trackers,
+    param_histograms,
+    step_scalars,
+)
 
 __all__ = [
     "StepResult",
@@ -162,6 +174,7 @@ class StepResult:
     clipped: bool = False  # whether clipping scaled the gradients down
     update_ratio: np.ndarray | None = None  # (L,) ||dw|| / ||w|| per block (dynamics=True)
     act_rms: list[float] | None = None  # L RMS of each block's output (dynamics=True)
+    grads: dict[str, np.ndarray] | None = None  # copies, before clipping (keep_grads=True)
 
 
 def train_step(
@@ -176,6 +189,7 @@ def train_step(
     *,
     dynamics: bool = False,
     shards: Shards | None = None,
+    keep_grads: bool = False,
 ) -> StepResult:
     """One optimizer step on the batch ``x``, ``y`` (B, T): forward, backward, check, clip, AdamW.
 
@@ -183,7 +197,8 @@ def train_step(
     (:mod:`resgrad.train.shards`; default: one shard, the plain pass). With
     ``dynamics``, also measures each block's update ratio (from a copy of its
     weights taken before the step) and the RMS of each block's output
-    (:mod:`resgrad.train.dynamics`).
+    (:mod:`resgrad.train.dynamics`). With ``keep_grads``, the result carries a copy
+    of every gradient as the backward gave it, before clipping (for histograms).
 
     Raises
     ------
@@ -210,14 +225,15 @@ def train_step(
             f"iteration {it}: non-finite gradient in parameter "
             f"{_describe_nonfinite(grads)} (loss {loss:.4f})"
         )
+    kept = {k: g.copy() for k, g in grads.items()} if keep_grads else None
     total = clip_grad_norm(grads, grad_clip, norms)  # 4) global norm <= grad_clip
     clipped = clip_coef(total, grad_clip) < 1.0
     before = snapshot_blocks(model.params) if dynamics else None
     opt.step(grads, lr=lr, pool=shards.pool, parts=shards.workers)  # 5) AdamW, in place
     if not dynamics:
-        return StepResult(loss, total, norms, p.stream_norms, clipped)
+        return StepResult(loss, total, norms, p.stream_norms, clipped, grads=kept)
     ratio = update_ratios(model.params, before, model.cfg.n_layer)  # (L,)
-    return StepResult(loss, total, norms, p.stream_norms, clipped, ratio, p.act_rms)
+    return StepResult(loss, total, norms, p.stream_norms, clipped, ratio, p.act_rms, kept)
 
 
 @dataclass
@@ -359,6 +375,32 @@ def _checkpoint(run: _Run, it: int, best: float, config: dict) -> Checkpoint:
     )
 
 
+def _open_trackers(log_to: LogConfig, cfg: TrainConfig, n_layer: int, start: int,
+                   wrote: list[str]) -> list[Tracker]:  # fmt: skip
+    """The run's dashboards; a TensorBoard directory and file it makes go into ``wrote``."""
+    if not log_to.to:
+        return []
+    tb_dir = log_to.tensorboard_dir(cfg.out_dir)
+    made = "tensorboard" in log_to.to and not os.path.exists(tb_dir)
+    try:
+        trackers = open_trackers(log_to, cfg.out_dir, n_layer, start, config_for(cfg))
+    except BaseException:
+        if made:  # it holds only what open_trackers began to write
+            shutil.rmtree(tb_dir, ignore_errors=True)
+        raise
+    if made:
+        wrote.append(tb_dir)
+    wrote += [t.file.path for t in trackers if hasattr(t, "file")]
+    return trackers
+
+
+def _sync(dyn: DynamicsWriter, trackers: list[Tracker]) -> None:
+    """fsync the dynamics records and the dashboards' files: called before each checkpoint."""
+    dyn.sync()
+    for t in trackers:
+        t.sync()
+
+
 @holding_out_dir(LAST, BEST, METRICS, PLOT)
 def train(
     cfg: TrainConfig,
@@ -366,6 +408,7 @@ def train(
     progress: bool | None = True,
     log: Callable[[str], None] | None = None,
     fits: Callable[[GPTConfig], None] | None = None,
+    log_to: LogConfig | None = None,
 ) -> TrainResult:
     """Train (or resume) a GPT as ``cfg`` says; see the module docstring for the files written.
 
@@ -381,6 +424,9 @@ def train(
         Called with the model's shape once it is known (a pretrained model's only once
         it is loaded), before the first step; it raises to refuse the run, as the CLI's
         memory check does (:func:`resgrad.perf.memory.train_bytes`).
+    log_to : LogConfig, optional
+        Dashboards that receive every step's values, the evaluations and histograms as
+        training goes (:mod:`resgrad.train.trackers`): TensorBoard, wandb, trackio.
 
     Returns
     -------
@@ -402,14 +448,14 @@ def train(
     """
     wrote: list[str] = []  # the files this call writes, as it opens them
     try:
-        return _train(cfg, progress, log, fits, wrote)
+        return _train(cfg, progress, log, fits, log_to or LogConfig(), wrote)
     except BaseException:
         # a fresh run stopped before its first checkpoint (at evaluation 0, e.g. token ids
         # the model has no row for): nothing of it can be resumed or read, so nothing stays
         if not cfg.resume and not os.path.exists(os.path.join(cfg.out_dir, LAST)):
-            for path in wrote:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(path)
+            for path in reversed(wrote):  # a directory after the files in it
+                with contextlib.suppress(FileNotFoundError, OSError):
+                    os.rmdir(path) if os.path.isdir(path) else os.unlink(path)
         raise
 
 
@@ -418,6 +464,7 @@ def _train(
     progress: bool | None,
     log: Callable[[str], None] | None,
     fits: Callable[[GPTConfig], None] | None,
+    log_to: LogConfig,
     wrote: list[str],
 ) -> TrainResult:
     """:func:`train`'s body; every file it writes is in ``wrote`` before it is opened."""
@@ -459,6 +506,11 @@ def _train(
     # on resume, the evaluation at the checkpoint's iteration is in the metrics already,
     # unless they were damaged: then it is run again (same batches, same numbers)
     evaluated = any(r["kind"] == "eval" and r["iter"] == start for r in records)
+    trackers = _open_trackers(log_to, cfg, L, start, wrote)  # closed in the finally below
+    if start and evaluated:  # a resume: its trackers dropped the steps from here on
+        at_start = next(r for r in records if r["kind"] == "eval" and r["iter"] == start)
+        for t in trackers:
+            t.scalars(start, eval_scalars(at_start))
     metrics = open(metrics_path, "a", encoding="utf-8")  # closed in the finally below
     dyn = DynamicsWriter(out_dir, L, start, log=say, config=dataclasses.asdict(cfg))  # closed below
     monitor = DynamicsMonitor(say)
@@ -493,6 +545,8 @@ def _train(
                 metrics.write(json.dumps(rec) + "\n")
                 metrics.flush()
                 records.append(rec)
+                for t in trackers:
+                    t.scalars(it, eval_scalars(rec))
                 last_eval = rec
                 norm_txt = "-" if last_norm is None else f"{last_norm:.4f}"
                 say(
@@ -500,14 +554,14 @@ def _train(
                     f"grad norm {norm_txt}, lr {lr:.3e}" + (" (best)" if is_best else "")
                 )
                 ckpt = _checkpoint(run, it, best, config_record)
-                dyn.sync()  # the records before this checkpoint are on disk before it is
+                _sync(dyn, trackers)  # what was recorded before this checkpoint is on disk first
                 also = ([best_path] if is_best else []) + ([kept] if kept else [])
                 save_checkpoint(last_path, ckpt, *also)
                 atomic_write_bytes(
                     os.path.join(out_dir, PLOT), render_loss_plot(records, title, entropy)
                 )
             if kept and not os.path.exists(kept):  # between evaluations, or the resumed one
-                dyn.sync()
+                _sync(dyn, trackers)
                 save_checkpoint(kept, _checkpoint(run, it, best, config_record))
             if it >= cfg.max_iters:
                 break
@@ -516,13 +570,22 @@ def _train(
             t0 = time.perf_counter()
             lr = schedule(it)
             x, y = get_batch(corpus.train, cfg.block_size, cfg.batch_size, run.data_rng)  # (B, T)
+            hist = bool(trackers) and log_to.hist_every > 0 and it % log_to.hist_every == 0
+            weights = param_histograms("weights", model.params) if hist else {}  # before the step
             step = train_step(model, run.opt, x, y, lr, cfg.grad_clip, run.dropout_rng, it,
-                              dynamics=True, shards=shards)  # fmt: skip
+                              dynamics=True, shards=shards, keep_grads=hist)  # fmt: skip
             loss, last_norm = step.loss, step.grad_norm
             dyn_rec = make_record(L, it, loss, lr, step.grad_norm, step.clipped, step.norms,
                                   step.update_ratio, step.stream_norms, step.act_rms)  # fmt: skip
             dyn.append(dyn_rec)
             monitor.observe(dyn_rec)
+            if trackers:
+                values = step_scalars(dyn_rec)
+                hists = {**weights, **param_histograms("gradients", step.grads)} if hist else {}
+                for t in trackers:
+                    t.scalars(it, values)
+                    if hists:
+                        t.histograms(it, hists)
             dt = time.perf_counter() - t0
             step_seconds += dt
             n_steps += 1
@@ -548,6 +611,8 @@ def _train(
     finally:
         metrics.close()
         dyn.close()
+        for t in trackers:
+            t.close()
         shards.close()
         bar.close()
     if last_eval is None:  # resumed a run that was already complete
