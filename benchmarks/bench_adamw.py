@@ -1,15 +1,17 @@
-"""One AdamW step in one part beside the same step in parts on the shards' threads.
+"""One AdamW step: NumPy's passes against the fused numba kernel, in one part and in parts.
 
     python benchmarks/bench_adamw.py [--config all] [--steps 30]
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/bench_adamw.py
 
-For each config, the model's parameters are stepped from fixed gradients three
-ways, alternating blocks of 5 steps so all three see the same machine: one part
-on the calling thread; ``--parts`` parts as the trainer runs them (a parameter
-is sliced only when each slice holds at least ``resgrad.train.optim.MIN_SLICE``
-elements); and ``--parts`` parts with every parameter sliced (the rule before
-MIN_SLICE), to show what the rule saves. Prints the median ms of each and the
-ratios. The three give the same bytes (``tests/train/test_optim.py``).
+For each config, the model's parameters are stepped from fixed gradients five
+ways, alternating blocks of 5 steps so all see the same machine: with NumPy's ~12
+passes per piece (``fused=False``, the readable reference) in one part on the calling
+thread, in ``--parts`` parts as the trainer runs them (a parameter is sliced only
+when each slice holds at least ``resgrad.train.optim.MIN_SLICE`` elements), and in
+``--parts`` parts with every parameter sliced (the rule before MIN_SLICE); and with
+the fused kernel (one compiled pass, :func:`resgrad.train.optim.adamw_piece`) in one
+part and in ``--parts`` parts, the trainer's default. Prints the median ms of each and
+the ratios. All give the same bytes (``tests/train/test_optim.py``).
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ def bench(name: str, steps: int, parts: int, shards: Shards) -> dict[str, float]
     model = GPT(BENCH_CONFIGS[name].gpt_config(), seed=0, dtype=np.float32)
     rng = np.random.default_rng(0)
     grads = {k: rng.standard_normal(p.shape, dtype=np.float32) for k, p in model.params.items()}
-    opt = AdamW(model.params, AdamWConfig(lr=1e-6))
+    opt = AdamW(model.params, AdamWConfig(lr=1e-6), fused=False)
+    fused = AdamW(model.params, AdamWConfig(lr=1e-6), fused=True)
     rule = optim.MIN_SLICE
 
     def sliced_throughout() -> None:
@@ -47,6 +50,8 @@ def bench(name: str, steps: int, parts: int, shards: Shards) -> dict[str, float]
         "one part": lambda: opt.step(grads),
         f"{parts} parts": lambda: opt.step(grads, pool=shards.pool, parts=parts),
         f"{parts} parts, all sliced": sliced_throughout,
+        "fused, one part": lambda: fused.step(grads),
+        f"fused, {parts} parts": lambda: fused.step(grads, pool=shards.pool, parts=parts),
     }
     times: dict[str, list[float]] = {w: [] for w in ways}
     with threadpool_limits(1):  # as inside the trainer's step: one BLAS thread per shard
@@ -70,12 +75,13 @@ def main() -> None:
     with Shards(args.parts, threads=args.parts) as shards:
         for name in names:
             ms = bench(name, args.steps, args.parts, shards)
-            one, split, old = ms.values()
+            one, split, old, f_one, f_split = ms.values()
             print(
                 f"{name:11s} "
                 + "  ".join(f"{w}: {t:7.2f} ms" for w, t in ms.items())
                 + f"  | one part / {args.parts} parts: {one / split:.2f}x,"
-                f" all sliced / {args.parts} parts: {old / split:.2f}x"
+                f" all sliced / {args.parts} parts: {old / split:.2f}x,"
+                f" NumPy's passes / fused ({args.parts} parts): {split / f_split:.2f}x"
             )
 
 

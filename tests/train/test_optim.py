@@ -14,6 +14,12 @@ SHAPES = {
 }
 
 
+@pytest.fixture(params=[False, True], ids=["numpy-passes", "fused"])
+def fused(request):
+    """Both ways AdamW steps: NumPy's passes (the readable reference) and the numba kernel."""
+    return request.param
+
+
 def _params(seed=0):
     rng = np.random.default_rng(seed)
     return {k: rng.standard_normal(s) for k, s in SHAPES.items()}  # float64
@@ -24,7 +30,7 @@ def _grads(step):
     return {k: rng.standard_normal(s) for k, s in SHAPES.items()}
 
 
-def test_adamw_matches_torch_over_10_steps_in_float64(torch):
+def test_adamw_matches_torch_over_10_steps_in_float64(torch, fused):
     cfg = AdamWConfig(lr=1e-2, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.5)
     sched = LRSchedule(lr=1e-2, min_lr=1e-3, warmup_iters=3, lr_decay_iters=8)
     params = _params()
@@ -40,7 +46,7 @@ def test_adamw_matches_torch_over_10_steps_in_float64(torch):
         betas=(cfg.beta1, cfg.beta2),
         eps=cfg.eps,
     )
-    opt = AdamW(params, cfg)
+    opt = AdamW(params, cfg, fused=fused)
     for step in range(10):
         lr = sched(step)
         grads = _grads(step)
@@ -60,10 +66,10 @@ def test_adamw_matches_torch_over_10_steps_in_float64(torch):
         assert np.max(np.abs(opt.v[k] - st["exp_avg_sq"].numpy())) < 1e-12
 
 
-def test_weight_decay_touches_only_2d_parameters():
+def test_weight_decay_touches_only_2d_parameters(fused):
     params = _params()
     before = {k: v.copy() for k, v in params.items()}
-    opt = AdamW(params, AdamWConfig(lr=0.1, weight_decay=0.5))
+    opt = AdamW(params, AdamWConfig(lr=0.1, weight_decay=0.5), fused=fused)
     opt.step({k: np.zeros_like(v) for k, v in params.items()})  # zero gradient: only decay acts
     for k in SHAPES:
         if len(SHAPES[k]) >= 2:
@@ -199,14 +205,14 @@ def _adamw_reference(p0, grads, lr, beta1, beta2, eps, wd):
     return theta, m, v
 
 
-def test_adamw_matches_the_published_update_rule_without_torch():
+def test_adamw_matches_the_published_update_rule_without_torch(fused):
     # a 2-D weight (decayed) and a bias (not), four steps of gradients that change sign
     w0, b0 = [0.5, -1.0, 2.0, 0.25], [0.1, -0.3]
     gs = [[0.3, -0.2, 0.05, 1.5, -0.4, 0.01], [-0.1, 0.4, 0.02, -2.0, 0.3, 0.0],
           [0.2, 0.2, -0.3, 0.5, -0.1, 0.05], [0.05, -0.6, 0.1, 0.7, 0.2, -0.02]]  # fmt: skip
     cfg = AdamWConfig(lr=0.1, beta1=0.9, beta2=0.99, eps=1e-8, weight_decay=0.1)
     params = {"w": np.array(w0).reshape(2, 2), "b": np.array(b0)}
-    opt = AdamW(params, cfg)
+    opt = AdamW(params, cfg, fused=fused)
     for g in gs:
         opt.step({"w": np.array(g[:4]).reshape(2, 2), "b": np.array(g[4:])})
     w, mw, vw = _adamw_reference(w0, [g[:4] for g in gs], 0.1, 0.9, 0.99, 1e-8, 0.1)
@@ -219,11 +225,12 @@ def test_adamw_matches_the_published_update_rule_without_torch():
     np.testing.assert_allclose(opt.v["w"].ravel(), vw, rtol=1e-13)
 
 
-def test_adamw_first_step_worked_by_hand():
+def test_adamw_first_step_worked_by_hand(fused):
     # at t = 1 the bias corrections make m_hat = g and sqrt(v_hat) = |g|, so the step is
     # lr * g / (|g| + eps): lr * sign(g) up to eps, whatever the betas; decay comes first
     p = {"w": np.array([[2.0, -1.0]]), "b": np.array([3.0])}
-    opt = AdamW(p, AdamWConfig(lr=0.01, beta1=0.8, beta2=0.95, eps=1e-8, weight_decay=0.5))
+    opt = AdamW(p, AdamWConfig(lr=0.01, beta1=0.8, beta2=0.95, eps=1e-8, weight_decay=0.5),
+                fused=fused)  # fmt: skip
     opt.step({"w": np.array([[4.0, -0.5]]), "b": np.array([-2.0])})
     decayed = 1 - 0.01 * 0.5
     want_w = [2.0 * decayed - 0.01 * 4 / (4 + 1e-8), -1.0 * decayed + 0.01 * 0.5 / (0.5 + 1e-8)]
@@ -234,7 +241,7 @@ def test_adamw_first_step_worked_by_hand():
 
 
 @pytest.mark.parametrize("parts", [2, 3, 7])
-def test_adamw_in_parts_on_threads_is_bit_identical(parts, monkeypatch):
+def test_adamw_in_parts_on_threads_is_bit_identical(parts, monkeypatch, fused):
     from concurrent.futures import ThreadPoolExecutor
 
     from resgrad.train import optim
@@ -252,7 +259,7 @@ def test_adamw_in_parts_on_threads_is_bit_identical(parts, monkeypatch):
         for kw, chunk in (({}, 1 << 40), ({"pool": pool, "parts": parts}, 1000)):
             monkeypatch.setattr(optim, "CHUNK", chunk)
             params = {k: a.copy(order="K") for k, a in init.items()}
-            opt = AdamW(params, AdamWConfig(lr=1e-2, weight_decay=0.1))
+            opt = AdamW(params, AdamWConfig(lr=1e-2, weight_decay=0.1), fused=fused)
             for step in range(3):
                 g_rng = np.random.default_rng(step)  # the same gradients in both runs
                 grads = {k: g_rng.standard_normal(a.shape).astype(np.float32)
@@ -299,3 +306,38 @@ def test_grad_norms_in_float64_pieces_equal_the_whole_norm(monkeypatch):
         assert got[k] == pytest.approx(float(np.linalg.norm(g.astype(np.float64))), rel=1e-14), k
     assert math.isfinite(got["big"]) and grad_norms({}) == {}
     assert math.isnan(grad_norms({"x": np.array([1.0, np.nan, 2.0], np.float32)})["x"])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_fused_kernel_gives_the_numpy_passes_bytes(dtype):
+    """The numba kernel does every rounding of the readable NumPy passes, in their order:
+    20 steps of both from the same start give the same bytes, parameters and moments."""
+    rng = np.random.default_rng(0)
+    shapes = {"w": (67, 45), "b": (45,), "alpha": (1,)}
+    init = {k: rng.standard_normal(s).astype(dtype) for k, s in shapes.items()}
+    init["f"] = np.asfortranarray(rng.standard_normal((5, 6)).astype(dtype))  # NumPy's path
+    runs = []
+    for fused in (False, True):
+        params = {k: a.copy(order="K") for k, a in init.items()}
+        opt = AdamW(params, AdamWConfig(lr=3e-3, beta1=0.8, weight_decay=0.1), fused=fused)
+        for step in range(20):
+            g_rng = np.random.default_rng(step)
+            grads = {k: (g_rng.standard_normal(a.shape) * 10.0 ** (step % 5 - 2)).astype(dtype)
+                     for k, a in init.items()}  # fmt: skip
+            opt.step(grads, lr=3e-3 * (1 + step % 3))
+        runs.append((params, opt.m, opt.v))
+    for k in init:
+        assert not np.array_equal(runs[1][0][k], init[k]), k
+        for a, b in zip(runs[0], runs[1]):
+            assert a[k].tobytes() == b[k].tobytes(), k
+
+
+def test_fused_true_without_numba_is_refused(monkeypatch):
+    from resgrad.train import optim
+
+    monkeypatch.setattr(optim, "_FUSED", [None])
+    params = {"b": np.ones(3)}
+    with pytest.raises(ValueError, match="fused=True.*needs numba"):
+        AdamW(params, fused=True).step({"b": np.ones(3)})
+    AdamW(params).step({"b": np.ones(3)})  # the default falls back to NumPy's passes
+    assert (params["b"] < 1).all()

@@ -258,7 +258,12 @@ class Profile:
 
 
 def _norm(a: np.ndarray) -> float:
-    return float(np.linalg.norm(a.astype(np.float64, copy=False).ravel()))
+    """||a||, accumulated in float64; a float32 array is cast in einsum's small buffers,
+    never copied whole (a whole float64 copy of GPT-2's gradients is 1 GB of traffic)."""
+    v = a.ravel()  # (n,) a view when a is contiguous
+    if v.dtype == np.float64:
+        return math.sqrt(float(np.dot(v, v)))
+    return math.sqrt(float(np.einsum("i,i->", v, v, dtype=np.float64)))
 
 
 def _lesson_profile(cfg: FlowConfig, seed: int, params) -> Profile:
