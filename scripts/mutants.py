@@ -52,6 +52,8 @@ HF_CLI_PRETRAINED = ("tests/formats/test_hf.py", "tests/cli/test_cli_pretrained.
 HF_NANOGPT = ("tests/formats/test_hf.py", "tests/formats/test_nanogpt.py")
 LAYERS = ("tests/nn/test_layers.py",)
 LAYERS_TORCH_PARITY = ("tests/nn/test_layers.py", "tests/verify/test_torch_parity.py")
+KERNELS = ("tests/nn/test_kernels.py",)
+LAYERS_KERNELS = ("tests/nn/test_layers.py", "tests/nn/test_kernels.py")
 LESSON = ("tests/lab/test_lesson.py",)
 LOCK = ("tests/formats/test_lock.py",)
 LOOP = ("tests/train/test_loop.py",)
@@ -88,6 +90,28 @@ class Mutant:
 
 
 MUTANTS = [
+    # -- nn/kernels.py (7)
+    Mutant('kernels: gelu_u without the cube', 'nn/kernels.py',
+           'ui = ui * xi  # a x^3',
+           'ui = ui  # a x^3', KERNELS),
+    Mutant('kernels: gelu_out without the half', 'nn/kernels.py',
+           'out[i] = o * half  # 0.5 x (1 + t)',
+           'out[i] = o  # 0.5 x (1 + t)', KERNELS),
+    Mutant("kernels: gelu_dx with tanh's derivative 1 + t^2", 'nn/kernels.py',
+           'local = local * (one - ti * ti)  # * (1 - t^2)',
+           'local = local * (one + ti * ti)  # * (1 - t^2)', KERNELS),
+    Mutant('kernels: a strided array goes to the kernel', 'nn/kernels.py',
+           'if any(not a.flags.c_contiguous or a.dtype != dt for a in arrays):',
+           'if any(a.dtype != dt for a in arrays):', KERNELS),
+    Mutant('kernels: layernorm_out keeps xc, not xhat, for the backward', 'nn/kernels.py',
+           '            xc[r, c] = xh\n',
+           '', KERNELS),
+    Mutant('kernels: layernorm_out adds the bias without a bias', 'nn/kernels.py',
+           '            if has_bias:\n                o = o + b[c]',
+           '            o = o + b[c]', KERNELS),
+    Mutant('kernels: layernorm_dx adds the mean term', 'nn/kernels.py',
+           'd = dxhat[r, c] - a',
+           'd = dxhat[r, c] + a', KERNELS),
     # -- nn/residual.py (1)
     Mutant('residual: residual backward drops the identity path', 'nn/residual.py',
            'return dout + df  # fan-out',
@@ -107,13 +131,19 @@ MUTANTS = [
            'return dout  # (...)', LAYERS),
     Mutant('layers: gelu backward: wrong constant in the direct term', 'nn/layers.py',
            'local += f(0.5)  # (...) + dx_direct',
-           'local += f(0.25)  # (...) + dx_direct', LAYERS),
-    Mutant('layers: layernorm backward drops the mean term', 'nn/layers.py',
-           '    dx -= m1\n',
-           '', LAYERS),
-    Mutant('layers: layernorm backward drops the rstd factor', 'nn/layers.py',
-           '    dx *= rstd\n    return dx, dg, db',
-           '    return dx, dg, db', LAYERS),
+           'local += f(0.25)  # (...) + dx_direct', LAYERS_KERNELS),
+    Mutant("layers: gelu forward's NumPy passes drop the cube", 'nn/layers.py',
+           '        u *= x  # (...) a x^3\n',
+           '        # (...) a x^2\n', LAYERS_KERNELS),
+    Mutant("layers: layernorm backward's NumPy passes drop the mean term", 'nn/layers.py',
+           '        dx -= m1\n',
+           '', LAYERS_KERNELS),
+    Mutant("layers: layernorm backward's NumPy passes drop the rstd factor", 'nn/layers.py',
+           '        dx *= rstd\n',
+           '', LAYERS_KERNELS),
+    Mutant("layers: layernorm forward's NumPy passes add the bias twice", 'nn/layers.py',
+           '            out += b  # 7) (..., C)',
+           '            out += b + b  # 7) (..., C)', LAYERS_KERNELS),
     Mutant('layers: layernorm backward forgets the gain', 'nn/layers.py',
            'dxhat = dout * g  # (..., C)',
            'dxhat = dout * 1.0  # (..., C)', LAYERS),

@@ -1,0 +1,163 @@
+"""Compiled elementwise kernels beside the readable NumPy layers: the same operations, the
+same roundings, one pass over memory instead of one per operation.
+
+A layer written in NumPy runs a chain of in-place operations (``u = x * a; u *= x; ...``),
+each a full pass over a (B*T, 4C) array. Each kernel here replays such a chain of
+:mod:`resgrad.nn.layers` element by element, in the same order and the same dtype: +, -,
+* and / are correctly rounded IEEE operations whichever code runs them, and numba does not
+contract ``a * b + c`` into a fused multiply-add, so the result is the same bit for bit
+(``tests/nn/test_kernels.py`` holds every kernel to its NumPy chain, float32 and float64).
+Transcendentals (tanh) stay NumPy's: another library's may round differently.
+
+numba compiles each kernel on its first call (cached on disk, GIL released, so the
+trainer's shards run them on their threads). Without numba, or with ``ENABLED = False``,
+every function here returns None and the layers take their NumPy passes.
+
+This is a low-level module: it imports nothing from resgrad.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["ENABLED", "gelu_dx", "gelu_out", "gelu_u", "layernorm_dx", "layernorm_out"]
+
+ENABLED = True  # False: the layers' readable NumPy passes, everywhere
+
+
+def _gelu_u(x, u, a, k):
+    for i in range(x.size):
+        xi = x[i]
+        ui = xi * a  # u = a x
+        ui = ui * xi
+        ui = ui * xi  # a x^3
+        ui = ui + xi
+        u[i] = ui * k  # k (x + a x^3)
+
+
+def _gelu_out(x, t, out, one, half):
+    for i in range(x.size):
+        o = t[i] + one
+        o = o * x[i]
+        out[i] = o * half  # 0.5 x (1 + t)
+
+
+def _gelu_dx(dout, x, t, dx, c3, c1, one, half):
+    for i in range(x.size):
+        xi, ti = x[i], t[i]
+        local = xi * xi
+        local = local * c3
+        local = local + c1
+        local = local * xi  # 0.5 x k (1 + 3 a x^2)
+        local = local * (one - ti * ti)  # * (1 - t^2)
+        local = local + ti * half
+        local = local + half  # + 0.5 (1 + t)
+        dx[i] = local * dout[i]
+
+
+def _ln_out(xc, rstd, g, b, has_bias, out):
+    for r in range(xc.shape[0]):
+        rs = rstd[r]
+        for c in range(xc.shape[1]):
+            xh = xc[r, c] * rs  # xhat = xc rstd, kept in xc's buffer
+            xc[r, c] = xh
+            o = xh * g[c]
+            if has_bias:
+                o = o + b[c]
+            out[r, c] = o  # xhat g + b
+
+
+def _ln_dx(dxhat, xhat, m1, m2, rstd):
+    for r in range(dxhat.shape[0]):
+        a, m, rs = m1[r], m2[r], rstd[r]
+        for c in range(dxhat.shape[1]):
+            d = dxhat[r, c] - a
+            d = d - xhat[r, c] * m
+            dxhat[r, c] = d * rs  # rstd (dxhat - m1 - xhat m2), in dxhat's buffer
+
+
+_SOURCES = {"gelu_u": _gelu_u, "gelu_out": _gelu_out, "gelu_dx": _gelu_dx,
+            "ln_out": _ln_out, "ln_dx": _ln_dx}  # fmt: skip
+_COMPILED: dict = {}  # name -> the compiled kernel, or None without numba
+
+
+def _kernel(name: str, *arrays: np.ndarray):
+    """The compiled kernel ``name`` if it can run on ``arrays`` (C-contiguous, one dtype)."""
+    if not ENABLED:
+        return None
+    dt = arrays[0].dtype
+    if any(not a.flags.c_contiguous or a.dtype != dt for a in arrays):
+        return None
+    if dt not in (np.float32, np.float64):
+        return None
+    if name not in _COMPILED:
+        try:
+            import numba
+        except ImportError:  # pragma: no cover - numba is a dependency
+            _COMPILED[name] = None
+        else:
+            _COMPILED[name] = numba.njit(cache=True, nogil=True)(_SOURCES[name])
+    return _COMPILED[name]
+
+
+def gelu_u(x: np.ndarray, a, k) -> np.ndarray | None:
+    """``k (x + a x^3)``, rounded as :func:`resgrad.nn.layers.gelu_forward`'s step 1, (...);
+    None when no kernel runs."""
+    fn = _kernel("gelu_u", x)
+    if fn is None:
+        return None
+    u = np.empty_like(x)  # (...)
+    fn(x.reshape(-1), u.reshape(-1), a, k)
+    return u
+
+
+def gelu_out(x: np.ndarray, t: np.ndarray) -> np.ndarray | None:
+    """``0.5 x (1 + t)``, as gelu_forward's step 3, (...); None when no kernel runs."""
+    fn = _kernel("gelu_out", x, t)
+    if fn is None:
+        return None
+    f = x.dtype.type
+    out = np.empty_like(x)  # (...)
+    fn(x.reshape(-1), t.reshape(-1), out.reshape(-1), f(1.0), f(0.5))
+    return out
+
+
+def gelu_dx(dout: np.ndarray, x: np.ndarray, t: np.ndarray, c3, c1) -> np.ndarray | None:
+    """:func:`resgrad.nn.layers.gelu_backward`'s dx in one pass, (...); ``c3 = 1.5 k a`` and
+    ``c1 = 0.5 k`` in x's dtype. None when no kernel runs."""
+    fn = _kernel("gelu_dx", dout, x, t)
+    if fn is None:
+        return None
+    f = x.dtype.type
+    dx = np.empty_like(x)  # (...)
+    fn(dout.reshape(-1), x.reshape(-1), t.reshape(-1), dx.reshape(-1), c3, c1, f(1.0), f(0.5))
+    return dx
+
+
+def layernorm_out(xc: np.ndarray, rstd: np.ndarray, g: np.ndarray,
+                  b: np.ndarray | None) -> np.ndarray | None:  # fmt: skip
+    """:func:`resgrad.nn.layers.layernorm_forward`'s steps 5-7 in one pass: ``xhat = xc
+    rstd`` written over xc (..., C), and the returned ``out = xhat g + b`` (..., C).
+    None (and xc untouched) when no kernel runs."""
+    C = g.shape[0]
+    fn = _kernel("ln_out", xc, rstd, g, g if b is None else b)
+    if fn is None:
+        return None
+    out = np.empty_like(xc)  # (..., C)
+    fn(xc.reshape(-1, C), rstd.reshape(-1), g, g if b is None else b, b is not None,
+       out.reshape(-1, C))  # fmt: skip
+    return out
+
+
+def layernorm_dx(dxhat: np.ndarray, xhat: np.ndarray, m1: np.ndarray, m2: np.ndarray,
+                 rstd: np.ndarray) -> np.ndarray | None:  # fmt: skip
+    """:func:`resgrad.nn.layers.layernorm_backward`'s last steps in one pass: ``dx = rstd
+    (dxhat - m1 - xhat m2)`` written over dxhat (..., C) and returned. None (dxhat
+    untouched) when no kernel runs."""
+    C = dxhat.shape[-1]
+    fn = _kernel("ln_dx", dxhat, xhat, m1, m2, rstd)
+    if fn is None:
+        return None
+    fn(dxhat.reshape(-1, C), xhat.reshape(-1, C), m1.reshape(-1), m2.reshape(-1),
+       rstd.reshape(-1))  # fmt: skip
+    return dxhat
