@@ -56,6 +56,12 @@ RESGRAD_KIND = {
     "embedding_forward": "embedding", "embedding_backward": "embedding",
     "softmax": "attention",  # layers.softmax: attention's, in the forward
     "step": "optimizer", "_update": "optimizer", "_pieces": "optimizer",  # AdamW's arithmetic
+    # the compiled kernels (resgrad.nn.kernels, AdamW's fused pass): cProfile names each
+    # by its Python source function, and its wrapper
+    "gelu_u": "gelu", "gelu_out": "gelu", "gelu_dx": "gelu",
+    "_gelu_u": "gelu", "_gelu_out": "gelu", "_gelu_dx": "gelu",
+    "layernorm_out": "layernorm", "layernorm_dx": "layernorm",
+    "_ln_out": "layernorm", "_ln_dx": "layernorm", "adamw_piece": "optimizer",
 }  # fmt: skip
 
 

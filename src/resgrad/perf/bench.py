@@ -353,11 +353,14 @@ def machine_header(peak: float, heap_kept: bool | None = None) -> str:
 def format_row(row: dict) -> str:
     """One config's figures as a small table, one line per framework."""
     gflop = row["flops_per_step"] / 1e9
+    limit = None  # ms: the least matmul FLOPs any step can do, each at the measured peak
+    if "peak_gflops" in row and "floor_flops" in row:
+        limit = 1e3 * row["floor_flops"] / (row["peak_gflops"] * 1e9)
     lines = [
         f"\n{row['config']}: {row['params']:,} params, {gflop:.2f} GFLOP/step"
         + (f"; matmul peak {row['peak_gflops']:.1f} GFLOP/s" if "peak_gflops" in row else ""),
         f"  {'':8} {'ms/step':>9} {'min-max':>17} {'tok/s':>9} {'GFLOP/s':>8} {'of peak':>8} "
-        f"{'peak MiB':>9}",
+        f"{'peak MiB':>9}" + (f" {'of limit':>9}" if limit else ""),
     ]
     for fw in ("resgrad", "plain", "torch"):
         if fw in row:
@@ -366,6 +369,7 @@ def format_row(row: dict) -> str:
             lines.append(
                 f"  {fw:8} {f['ms_per_step']:9.2f} {spread:>17} {f['tokens_per_s']:9.0f} "
                 f"{f['gflops']:8.1f} {f['peak_fraction']:8.1%} {f['peak_mib']:9.0f}"
+                + (f" {limit / f['ms_per_step']:9.1%}" if limit else "")  # limit efficiency
             )
     if "speedup" in row:
         lines.append(f"  throughput resgrad / PyTorch: {row['speedup']:.2f}x")
@@ -378,5 +382,10 @@ def format_row(row: dict) -> str:
             f"  ceiling: the least matmul FLOPs at the peak take {floor:.1f} ms, so no step "
             f"here beats PyTorch by more than {t / floor:.2f}x; 1.5x needs "
             f"{1.5 * floor / t:.0%} of the peak for the whole step"
+        )
+    if limit:
+        lines.append(
+            "  of limit (limit efficiency): that least time over the step's, the share of "
+            "the machine's limit each step reaches"
         )
     return "\n".join(lines)
