@@ -68,9 +68,12 @@ def test_log_dir_puts_the_events_elsewhere(tmp_path, capsys, text_file):
         (["--log-to", "tensorboard", "--hist-every", "-1"], "argument --hist-every"),
     ],
 )  # fmt: skip
-def test_bad_dashboard_flags_are_one_line_and_write_nothing(tmp_path, capsys, argv, message):
-    try:  # argparse's own errors exit from the parser
-        code, _, err = _run(capsys, "train", "--out-dir", tmp_path / "run", *argv)
+def test_bad_dashboard_flags_are_one_line_and_write_nothing(
+    tmp_path, capsys, text_file, argv, message
+):
+    try:  # argparse's own errors exit from the parser (a tiny run, should one start)
+        code, _, err = _run(capsys, "train", *TINY, "--data", text_file, "--out-dir",
+                            tmp_path / "run", *argv)  # fmt: skip
     except SystemExit as e:
         code, err = e.code, capsys.readouterr().err
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1

@@ -87,6 +87,7 @@ from resgrad.train.rundir import (
 from resgrad.train.shards import Shards
 from resgrad.train.trackers import (
     LogConfig,
+    TensorBoard,
     Tracker,
     config_for,
     eval_scalars,
@@ -390,7 +391,7 @@ def _open_trackers(log_to: LogConfig, cfg: TrainConfig, n_layer: int, start: int
         raise
     if made:
         wrote.append(tb_dir)
-    wrote += [t.file.path for t in trackers if hasattr(t, "file")]
+    wrote += [t.file.path for t in trackers if isinstance(t, TensorBoard)]
     return trackers
 
 
@@ -454,8 +455,11 @@ def train(
         # the model has no row for): nothing of it can be resumed or read, so nothing stays
         if not cfg.resume and not os.path.exists(os.path.join(cfg.out_dir, LAST)):
             for path in reversed(wrote):  # a directory after the files in it
-                with contextlib.suppress(FileNotFoundError, OSError):
-                    os.rmdir(path) if os.path.isdir(path) else os.unlink(path)
+                with contextlib.suppress(OSError):  # gone already, or not empty
+                    if os.path.isdir(path):
+                        os.rmdir(path)
+                    else:
+                        os.unlink(path)
         raise
 
 
