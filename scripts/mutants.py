@@ -791,7 +791,10 @@ MUTANTS = [
     Mutant('experiments: val_min/val_max count the diverged seeds', 'lab/experiments.py',
            '"val_min": min(ok) if ok else None, "val_max": max(ok) if ok else None,',
            '"val_min": min(r["val_loss"] for r in rs) if ok else None,\n            "val_max": max(r["val_loss"] for r in rs) if ok else None,', EXPERIMENTS),
-    # -- formats/events.py (6)
+    # -- formats/events.py (7)
+    Mutant("events: a new file's name ignores the files already there", 'formats/events.py',
+           'secs = max([int(now)] + [_seconds(p) + 1 for p in event_files(logdir)])',
+           'secs = int(now)', EVENTS),
     Mutant('events: masked CRC without the mask delta', 'formats/events.py',
            'return (((c >> 15) | (c << 17)) + _MASK_DELTA) & 0xFFFFFFFF',
            'return ((c >> 15) | (c << 17)) & 0xFFFFFFFF', EVENTS),

@@ -172,3 +172,18 @@ def test_missing_tensorboardx_is_one_line_naming_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "tensorboardX", None)
     with pytest.raises(ValueError, match=r'pip install "resgrad\[tensorboard\]"'):
         events.require_tensorboardx()
+
+
+def test_a_new_file_sorts_after_every_file_already_there(tmp_path):
+    """TensorBoard reads a directory's event files in name order; a resume's new file must
+    come last even when the killed run's file began in the same second, on a host or with
+    a pid that sorts later, or when this process has opened ten files already."""
+    d = tmp_path / "tb"
+    d.mkdir()
+    future = int(__import__("time").time()) + 100
+    old = d / f"events.out.tfevents.{future:010d}.zzzz.99999.9"
+    old.write_bytes(b"")
+    files = [EventFile(d) for _ in range(11)]
+    for f in files:
+        f.close()
+    assert event_files(d) == [str(old)] + [f.path for f in files]

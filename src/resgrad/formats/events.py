@@ -136,11 +136,19 @@ def trim_events(logdir: str | os.PathLike, before_step: int) -> int:
     return dropped
 
 
+def _seconds(path: str) -> int:
+    """The seconds in an event file's name (``events.out.tfevents.<seconds>...``); 0 if none."""
+    field = os.path.basename(path).split("tfevents.", 1)[-1].split(".", 1)[0]
+    return int(field) if field.isdigit() else 0
+
+
 class EventFile:
     """A new event file in ``logdir``: a file-version record, then one record per :meth:`write`.
 
     The name is TensorBoard's (``events.out.tfevents.<seconds>.<host>``) with this
-    process's id and a sequence number, so two writers never share a file. A given
+    process's id and a sequence number, so two writers never share a file, and seconds
+    past those of every event file already in ``logdir``, so that TensorBoard (which
+    reads them in name order) reads this one last. A given
     ``wall_time`` (an export) fixes the first record's time and the whole name, so that
     the file's bytes depend on neither the clock nor the process; default: now.
     """
@@ -156,8 +164,12 @@ class EventFile:
         now = time.time() if wall_time is None else wall_time
         name = f"events.out.tfevents.{int(now):010d}"
         if wall_time is None:  # live: this host and process (an export's name is fixed)
+            # TensorBoard reads a directory's files in name order: this one must come after
+            # every file already there (a resume's trimmed ones), even one begun this second
+            secs = max([int(now)] + [_seconds(p) + 1 for p in event_files(logdir)])
             EventFile._opened += 1
-            name += f".{socket.gethostname()}.{os.getpid()}.{EventFile._opened}"
+            name = (f"events.out.tfevents.{secs:010d}.{socket.gethostname()}."
+                    f"{os.getpid():010d}.{EventFile._opened:06d}")  # fmt: skip
         self.path = os.path.join(logdir, name)
         self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_TRUNC, 0o666)
         self.write(Event(wall_time=now, step=0, file_version=FILE_VERSION))
