@@ -387,3 +387,15 @@ def test_a_resumed_wandb_run_continues_the_same_run_id(tmp_path, text_file, monk
     runs = sorted(d for d in os.listdir(os.path.join(out, "wandb")) if d.startswith("offline"))
     run_id = open(os.path.join(out, "wandb", "resgrad-run-id")).read().strip()
     assert len(runs) == 2 and all(f"-{run_id}" in r for r in runs)  # same second: "-1" added
+
+
+def test_a_fresh_run_refuses_a_log_dir_holding_another_runs_events(tmp_path, text_file):
+    other = _train(tmp_path, "other", text_file, max_iters=2)
+    logdir = os.path.join(other, "tb")
+    before = {n: open(os.path.join(logdir, n), "rb").read() for n in os.listdir(logdir)}
+    log_to = LogConfig(to=("tensorboard",), dir=logdir)
+    with pytest.raises(ValueError, match="already holds TensorBoard event files.*--log-dir"):
+        _train(tmp_path, "run", text_file, log_to=log_to, max_iters=2)
+    after = {n: open(os.path.join(logdir, n), "rb").read() for n in os.listdir(logdir)}
+    assert after == before  # the other run's events, untouched
+    assert not os.path.exists(tmp_path / "run" / "last.ckpt")

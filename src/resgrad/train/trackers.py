@@ -58,7 +58,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from resgrad.formats.atomic import atomic_write_text, staged_dir
-from resgrad.formats.events import EventFile, require_tensorboardx, trim_events
+from resgrad.formats.events import EventFile, event_files, require_tensorboardx, trim_events
 from resgrad.train.dynamics import PER_BLOCK, read_dynamics
 from resgrad.train.rundir import read_metrics
 
@@ -215,7 +215,9 @@ class TensorBoard(Tracker):
 
     ``start`` > 0 (a resume): the directory's events of steps >= ``start`` are dropped
     first, and the new file opens with a purge at ``start`` for a TensorBoard already
-    watching. ``wall_time`` (an export): the events' times are given, not the clock's.
+    watching. A fresh run (``start`` 0) refuses a directory that already holds event
+    files: its steps would interleave with another run's. ``wall_time`` (an export):
+    the events' times are given, not the clock's.
     """
 
     def __init__(self, logdir: str, n_layer: int, start: int = 0, wall_time: float | None = None):
@@ -227,6 +229,11 @@ class TensorBoard(Tracker):
         self.logdir = logdir
         if start > 0:
             trim_events(logdir, start)
+        elif wall_time is None and event_files(logdir):  # a fresh run's would mix with them
+            raise ValueError(
+                f"{logdir!r} already holds TensorBoard event files (another run's); a fresh "
+                "run logs into a directory of its own: choose another --log-dir"
+            )
         self.file = EventFile(logdir, wall_time)
         self.wall_time = wall_time
         if start > 0:
