@@ -18,7 +18,7 @@ from tensorboard.backend.event_processing import event_multiplexer  # noqa: E402
 
 from resgrad.formats.checkpoint import load_checkpoint  # noqa: E402
 from resgrad.formats.events import frame, read_events  # noqa: E402
-from resgrad.lab.experiments import ExperimentConfig, run_experiment  # noqa: E402
+from resgrad.lab.experiments import ExperimentConfig, run_cell, run_experiment  # noqa: E402
 from resgrad.nn.model import GPT  # noqa: E402
 from resgrad.train import trackers  # noqa: E402
 from resgrad.train.config import TrainConfig, resume_config  # noqa: E402
@@ -399,3 +399,46 @@ def test_a_fresh_run_refuses_a_log_dir_holding_another_runs_events(tmp_path, tex
     after = {n: open(os.path.join(logdir, n), "rb").read() for n in os.listdir(logdir)}
     assert after == before  # the other run's events, untouched
     assert not os.path.exists(tmp_path / "run" / "last.ckpt")
+
+
+def test_a_fresh_run_clears_its_own_tensorboard_debris(tmp_path, text_file):
+    """Killed before its first checkpoint, a run leaves events in its own tb/ and no
+    checkpoint: the fresh run that follows starts its tb/ over (nothing is refused)."""
+    out = tmp_path / "run"
+    from resgrad.formats.events import EventFile
+
+    with EventFile(out / "tb") as f:  # the killed run's
+        f.write(_scalar_event_for_test(0, 99.0))
+    _train(tmp_path, "run", text_file, max_iters=3)
+    acc = _acc(out / "tb")
+    assert [e.value for e in acc.Scalars("train/loss")] == read_dynamics(out)["loss"].tolist()
+    assert len(os.listdir(out / "tb")) == 1
+
+
+def _scalar_event_for_test(step, value):
+    from tensorboardX.proto.event_pb2 import Event
+    from tensorboardX.proto.summary_pb2 import Summary
+
+    return Event(step=step, summary=Summary(value=[Summary.Value(tag="train/loss",
+                                                                 simple_value=value)]))  # fmt: skip
+
+
+def test_an_experiment_cell_killed_before_its_checkpoint_runs_again(tmp_path, text_file):
+    """A cell's TensorBoard directory is its own: a worker killed before the cell's first
+    checkpoint leaves events there, and the cell's next attempt starts them over."""
+    from resgrad.formats.events import EventFile
+
+    cfg = ExperimentConfig.defaults(
+        "warmup", variants=("pre-ln",), depths=(1,), lrs=(1e-3,), warmups=(0,), seeds=(0,),
+        max_iters=3, eval_interval=3, eval_iters=1, n_embd=16, block_size=8, batch_size=2,
+        data=text_file,
+    )  # fmt: skip
+    out = str(tmp_path / "exp")
+    ((name, cell),) = cfg.cells(out)
+    log_to = TB.cell(name, out, "test")
+    with EventFile(log_to.dir) as f:  # the killed attempt's
+        f.write(_scalar_event_for_test(0, 99.0))
+    (row,) = run_cell(cell, log_to)
+    assert row["iters"] == 3 and not row["diverged"]
+    losses = [e.value for e in _acc(log_to.dir).Scalars("train/loss")]
+    assert losses == read_dynamics(cell.out_dir)["loss"].tolist()

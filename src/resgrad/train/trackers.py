@@ -109,6 +109,7 @@ class LogConfig:
     hist_every: int = 100  # steps between parameter and gradient histograms; 0: none
     name: str | None = None  # the run's name in wandb / trackio (default: out_dir's name)
     project: str = "resgrad"  # the wandb / trackio project
+    own_dir: bool = False  # dir is the run's alone (an experiment cell's), as the default is
 
     def __post_init__(self):
         to = (self.to,) if isinstance(self.to, str) else tuple(self.to)
@@ -128,7 +129,8 @@ class LogConfig:
     def cell(self, name: str, out_dir: str, project: str) -> LogConfig:
         """This config for one cell of an experiment: its own name and log directory."""
         base = self.dir if self.dir is not None else os.path.join(out_dir, TB_DIR)
-        return dataclasses.replace(self, dir=os.path.join(base, name), name=name, project=project)
+        return dataclasses.replace(self, dir=os.path.join(base, name), name=name, project=project,
+                                   own_dir=True)  # fmt: skip
 
 
 # --------------------------------------------------------------------------- names, values
@@ -215,12 +217,15 @@ class TensorBoard(Tracker):
 
     ``start`` > 0 (a resume): the directory's events of steps >= ``start`` are dropped
     first, and the new file opens with a purge at ``start`` for a TensorBoard already
-    watching. A fresh run (``start`` 0) refuses a directory that already holds event
-    files: its steps would interleave with another run's. ``wall_time`` (an export):
+    watching. A fresh run (``start`` 0) finds event files in the directory only where a
+    run was killed before its first checkpoint: in its ``own`` directory they are that
+    run's and go; in a directory given to it (``--log-dir``) they may be another run's,
+    and it is refused. ``wall_time`` (an export):
     the events' times are given, not the clock's.
     """
 
-    def __init__(self, logdir: str, n_layer: int, start: int = 0, wall_time: float | None = None):
+    def __init__(self, logdir: str, n_layer: int, start: int = 0, wall_time: float | None = None,
+                 own: bool = True):  # fmt: skip
         require_tensorboardx()
         from tensorboardX.proto.event_pb2 import Event, SessionLog
         from tensorboardX.summary import custom_scalars
@@ -230,10 +235,13 @@ class TensorBoard(Tracker):
         if start > 0:
             trim_events(logdir, start)
         elif wall_time is None and event_files(logdir):  # a fresh run's would mix with them
-            raise ValueError(
-                f"{logdir!r} already holds TensorBoard event files (another run's); a fresh "
-                "run logs into a directory of its own: choose another --log-dir"
-            )
+            if not own:
+                raise ValueError(
+                    f"{logdir!r} already holds TensorBoard event files (another run's); a "
+                    "fresh run logs into a directory of its own: choose another --log-dir"
+                )
+            for path in event_files(logdir):  # its own: a run killed before its first
+                os.unlink(path)  # checkpoint left them, and a fresh run starts over
         self.file = EventFile(logdir, wall_time)
         self.wall_time = wall_time
         if start > 0:
@@ -341,7 +349,8 @@ def open_trackers(log: LogConfig, out_dir: str, n_layer: int, start: int,
     try:
         for t in log.to:
             if t == "tensorboard":
-                out.append(TensorBoard(log.tensorboard_dir(out_dir), n_layer, start))
+                own = log.dir is None or log.own_dir
+                out.append(TensorBoard(log.tensorboard_dir(out_dir), n_layer, start, own=own))
             else:
                 out.append(WandbLike(t, name, config, out_dir, log.project, start))
     except BaseException:
