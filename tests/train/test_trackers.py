@@ -442,3 +442,25 @@ def test_an_experiment_cell_killed_before_its_checkpoint_runs_again(tmp_path, te
     assert row["iters"] == 3 and not row["diverged"]
     losses = [e.value for e in _acc(log_to.dir).Scalars("train/loss")]
     assert losses == read_dynamics(cell.out_dir)["loss"].tolist()
+
+
+@pytest.mark.parametrize("given, project", [(None, "resgrad-warmup"), ("mine", "mine")])
+def test_experiment_cells_log_to_the_experiments_project_unless_one_is_given(
+    tmp_path, text_file, monkeypatch, given, project
+):
+    import resgrad.lab.experiments as experiments
+
+    seen = []
+
+    def capture(points, job, *a, **kw):
+        seen.extend(points)
+        raise KeyboardInterrupt  # stop before any cell trains
+
+    monkeypatch.setattr(experiments, "run_grid", capture)
+    cfg = ExperimentConfig.defaults("warmup", depths=(1,), lrs=(1e-3,), warmups=(0,),
+                                    seeds=(0,), max_iters=4, data=text_file)  # fmt: skip
+    log_to = LogConfig(to=("wandb",), **({} if given is None else {"project": given}))
+    with pytest.raises(KeyboardInterrupt):
+        run_experiment(cfg, str(tmp_path / "exp"), jobs=1, progress=False, log_to=log_to)
+    assert [p[1][1].project for p in seen] == [project] * 2
+    assert [p[1][1].name for p in seen] == [n for n, _ in cfg.cells(str(tmp_path / "exp"))]

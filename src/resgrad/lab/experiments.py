@@ -391,8 +391,10 @@ def _run_experiment(cfg, out_dir, jobs, backend, scheduler, connect_timeout, pro
     side = sidecar_path(os.path.join(out_dir, "cells.csv"))
     points = [c for _, c in cells]
     job = run_cell
-    if log_to is not None and log_to.to:  # each cell logs under its own name
-        points = [(c, log_to.cell(n, out_dir, f"resgrad-{cfg.name}")) for n, c in cells]
+    if log_to is not None and log_to.to:  # each cell logs under its own name, in a project
+        # of the experiment's own unless one was given (cells of two experiments share names)
+        project = f"resgrad-{cfg.name}" if log_to.project == LogConfig().project else log_to.project
+        points = [(c, log_to.cell(n, out_dir, project)) for n, c in cells]
         job = _run_logged_cell
     grid = run_grid(list(zip(keys, points)), job, side, jobs=jobs,
                     backend=backend, scheduler=scheduler, connect_timeout=connect_timeout,
