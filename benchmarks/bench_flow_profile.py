@@ -34,17 +34,20 @@ import json
 import os
 import statistics
 import sys
-import tempfile
 import time
 from collections import defaultdict
 
 import numpy as np
 
-from resgrad.formats.hf import HF_NAMES, export_hf
-from resgrad.lab.realflow import measure_model, text_windows
-from resgrad.nn.model import GPT
-from resgrad.perf.bench import BENCH_CONFIGS, blas_info, settle
-from resgrad.perf.heap import keep_freed_memory
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from bench_generate import hf_copy  # noqa: E402
+
+from resgrad.formats.hf import HF_NAMES  # noqa: E402
+from resgrad.lab.realflow import measure_model, text_windows  # noqa: E402
+from resgrad.nn.model import GPT  # noqa: E402
+from resgrad.perf.bench import BENCH_CONFIGS, blas_info, settle  # noqa: E402
+from resgrad.perf.heap import keep_freed_memory  # noqa: E402
 
 TEXT_TOKENS = 100_000  # the random "text" the windows are drawn from
 
@@ -52,20 +55,12 @@ TEXT_TOKENS = 100_000  # the random "text" the windows are drawn from
 def torch_measurer(model: GPT, threads: int):
     """A function running the profile in PyTorch on ``model``'s weights, and a version line;
     None where transformers or PyTorch is not installed."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a local directory: nothing to fetch
-    try:
-        import torch
-        import torch.nn.functional as F
-        from transformers import GPT2LMHeadModel
-        from transformers.utils import logging
-    except ImportError:
+    copy = hf_copy(model, threads)
+    if copy is None:
         return None
-    logging.disable_progress_bar()
-    torch.set_num_threads(threads)
-    with tempfile.TemporaryDirectory() as d:
-        export_hf(model, os.path.join(d, "model"))
-        hf = GPT2LMHeadModel.from_pretrained(os.path.join(d, "model"), dtype=torch.float32)
-    hf.eval()  # dropout off; autograd stays on
+    torch, hf = copy
+    import torch.nn.functional as F
+
     L = model.cfg.n_layer
     # transformers' parameter name -> resgrad's name without "blocks.{i}."
     names = {}

@@ -62,9 +62,10 @@ def resgrad_generate(model: GPT, prompt: np.ndarray, new: int) -> np.ndarray:
     return out[0, len(prompt) :]
 
 
-def hf_generator(model: GPT, threads: int):
-    """transformers' GPT2LMHeadModel holding ``model``'s weights, and its greedy generate;
-    None where transformers or PyTorch is not installed."""
+def hf_copy(model: GPT, threads: int):
+    """(torch, transformers' GPT2LMHeadModel holding ``model``'s weights, in eval mode), the
+    weights passed through resgrad's exporter and transformers' own loader; None where
+    transformers or PyTorch is not installed. bench_flow_profile.py uses it too."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a local directory: nothing to fetch
     try:
         import torch
@@ -77,7 +78,17 @@ def hf_generator(model: GPT, threads: int):
     with tempfile.TemporaryDirectory() as d:
         export_hf(model, os.path.join(d, "model"))
         hf = GPT2LMHeadModel.from_pretrained(os.path.join(d, "model"), dtype=torch.float32)
-    hf.eval()
+    hf.eval()  # dropout off; autograd stays on
+    return torch, hf
+
+
+def hf_generator(model: GPT, threads: int):
+    """transformers' GPT2LMHeadModel holding ``model``'s weights, and its greedy generate;
+    None where transformers or PyTorch is not installed."""
+    copy = hf_copy(model, threads)
+    if copy is None:
+        return None
+    torch, hf = copy
 
     def run(prompt: np.ndarray, new: int) -> np.ndarray:
         ids = torch.from_numpy(prompt[None, :])  # (1, T0)

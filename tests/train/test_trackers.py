@@ -37,11 +37,9 @@ from resgrad.train.trackers import (  # noqa: E402
     step_scalars,
 )
 from tests.crashes import synced_at_each_checkpoint  # noqa: E402
+from tests.train.test_dynamics import TINY as DYNAMICS_TINY  # noqa: E402
 
-TINY = dict(
-    n_layer=3, n_head=2, n_embd=16, block_size=8, batch_size=4, warmup_iters=2,
-    lr_decay_iters=30, lr=3e-3, eval_interval=5, eval_iters=1, shards=1,
-)  # fmt: skip
+TINY = {**DYNAMICS_TINY, "shards": 1}  # one shard: a test recomputes a step's gradients
 TB = LogConfig(to=("tensorboard",), hist_every=5)
 
 

@@ -197,7 +197,7 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     print(f"figure: {out_dir}/{args.name}.png, table: {out_dir}/summary.md, "
           f"every cell: {out_dir}/cells.csv, runs: {out_dir}/runs/")  # fmt: skip
     if "tensorboard" in log_to.to:
-        print(f"TensorBoard: tensorboard --logdir {log_to.dir or os.path.join(out_dir, TB_DIR)}")
+        print(f"TensorBoard: tensorboard --logdir {log_to.tensorboard_dir(out_dir)}")
     return 0
 
 

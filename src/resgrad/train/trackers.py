@@ -59,7 +59,7 @@ import numpy as np
 
 from resgrad.formats.atomic import atomic_write_text, staged_dir
 from resgrad.formats.events import EventFile, event_files, require_tensorboardx, trim_events
-from resgrad.train.dynamics import PER_BLOCK, read_dynamics
+from resgrad.train.dynamics import DYNAMICS_HEADER, PER_BLOCK, read_dynamics
 from resgrad.train.rundir import read_metrics
 
 __all__ = [
@@ -128,7 +128,7 @@ class LogConfig:
 
     def cell(self, name: str, out_dir: str, project: str) -> LogConfig:
         """This config for one cell of an experiment: its own name and log directory."""
-        base = self.dir if self.dir is not None else os.path.join(out_dir, TB_DIR)
+        base = self.tensorboard_dir(out_dir)
         return dataclasses.replace(self, dir=os.path.join(base, name), name=name, project=project,
                                    own_dir=True)  # fmt: skip
 
@@ -427,7 +427,7 @@ def cell_dirs(exp_dir: str) -> list[tuple[str, str]]:
     if not os.path.isdir(runs):
         return []
     return [(n, os.path.join(runs, n)) for n in sorted(os.listdir(runs))
-            if os.path.exists(os.path.join(runs, n, "dynamics.json"))]  # fmt: skip
+            if os.path.exists(os.path.join(runs, n, DYNAMICS_HEADER))]  # fmt: skip
 
 
 def export_many(cells: Sequence[tuple[str, str]], logdir: str, *, force: bool = False) -> list:
