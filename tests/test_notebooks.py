@@ -78,6 +78,7 @@ def test_there_are_notebooks():
         "01_residual_connections.ipynb",
         "02_gradient_flow_explorer.ipynb",
         "03_gradient_paths.ipynb",
+        "04_lesion.ipynb",
     ]
 
 

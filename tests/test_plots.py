@@ -184,3 +184,19 @@ def test_the_loss_curves_are_the_records_trailing_mean_and_val_losses():
     want = [np.mean(losses[max(0, i - 24) : i + 1]) for i in range(40)]  # the last 25 steps
     np.testing.assert_allclose(smooth.get_ydata(), want, rtol=1e-12)
     assert list(val.get_xdata()) == [0, 20, 40] and list(val.get_ydata()) == [2.0, 2.2, 2.4]
+
+
+def test_check_plot_path_checks_the_extension_then_the_destination(tmp_path):
+    from resgrad.plots import check_plot_path
+
+    (tmp_path / "file.txt").write_text("x")
+    assert check_plot_path(tmp_path / "a.svg") == "svg"
+    with pytest.raises(ValueError, match="expected a file name ending in .png or .svg"):
+        check_plot_path(tmp_path / "nodir" / "a.pdf")  # the extension first
+    with pytest.raises(FileNotFoundError, match=r"cannot write '.*nodir/a\.png': directory"):
+        check_plot_path(tmp_path / "nodir" / "a.png")
+    with pytest.raises(NotADirectoryError, match=r"file\.txt' is a file, not a directory"):
+        check_plot_path(tmp_path / "file.txt" / "a.png")
+    with pytest.raises(NotADirectoryError, match=r"file\.txt' is a file, not a directory"):
+        save_plot(spec(), tmp_path / "file.txt" / "a.png")
+    assert sorted(os.listdir(tmp_path)) == ["file.txt"]

@@ -108,6 +108,7 @@ FLOORS = [
             "shards",
             "config",
             "rundir",
+            "source",
             "trackers",
             "loop",
         ],
@@ -125,6 +126,7 @@ FLOORS = [
             "depthtrain",
             "sweep",
             "experiments",
+            "lesion",
         ],
     ),
     ("perf", ["heap", "bench", "memory"]),  # the heap setting, the step timer, memory estimates
@@ -218,7 +220,10 @@ def test_every_mutant_of_the_mutation_run_applies_to_the_current_source():
     sys.modules["mutants"] = mutants  # its dataclasses look their module up there
     spec.loader.exec_module(mutants)
     assert len(mutants.MUTANTS) >= 30
-    for m in mutants.MUTANTS:
+    every = mutants.MUTANTS + mutants._parts()  # the table and the areas' files
+    assert len({m.name for m in every}) == len(every), "two mutants share a name"
+    for m in every:
+        assert m.kind in mutants.KINDS, m.name
         text = (ROOT / "src" / "resgrad" / m.file).read_text()
         assert text.count(m.old) == 1, (m.name, m.file)
         assert all((ROOT / t).exists() for t in m.tests), m.name

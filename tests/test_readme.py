@@ -1,4 +1,4 @@
-"""Every Python example in the README runs, as printed.
+"""Every Python example in the README runs, as printed (tests/test_docs.py runs the docs').
 
 Each ```python block is executed in a fresh namespace, in a temporary directory, so an
 example that no longer matches the library (a moved module, a renamed argument, a
@@ -27,7 +27,7 @@ BLOCKS = python_blocks((ROOT / "README.md").read_text())
 
 
 def test_the_readme_has_python_examples():
-    assert len(BLOCKS) >= 3
+    assert len(BLOCKS) >= 1
 
 
 @pytest.mark.parametrize("line, code", BLOCKS, ids=[f"README.md:{n}" for n, _ in BLOCKS])

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from resgrad.formats.atomic import atomic_write_bytes
+from resgrad.formats.atomic import atomic_write_bytes, check_destination
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -37,6 +37,7 @@ __all__ = [
     "FORMATS",
     "PlotSpec",
     "Series",
+    "check_plot_path",
     "draw_losses",
     "figure_bytes",
     "make_figure",
@@ -69,6 +70,27 @@ def plot_format(path: str | os.PathLike) -> str:
             f"expected a file name ending in {' or '.join(FORMATS)}"
         )
     return FORMATS[ext]
+
+
+def check_plot_path(path: str | os.PathLike) -> str:
+    """Refuse, before any work, a plot that could not be saved; return its format.
+
+    Every command that draws (``--plot``, ``--out``) calls this first: the extension
+    (:func:`plot_format`), then the destination
+    (:func:`resgrad.formats.atomic.check_destination`: a directory, a path under a file,
+    a directory that does not exist or cannot be written), each refused in one line
+    naming ``path``.
+
+    Raises
+    ------
+    ValueError
+        A bad extension.
+    OSError
+        A destination that cannot be written.
+    """
+    fmt = plot_format(path)
+    check_destination(path)
+    return fmt
 
 
 def _floats(name: str, values: Sequence[float]) -> tuple[float, ...]:

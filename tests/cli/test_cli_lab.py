@@ -53,15 +53,21 @@ def _still_running(procs, timeout):
         time.sleep(0.05)
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL],
+                         ids=["SIGTERM", "SIGINT", "SIGKILL"])  # fmt: skip
 def test_killing_the_experiment_ends_its_workers_and_a_rerun_resumes(tmp_path, text, sig):
     """Before, loky's workers trained on as orphans, holding their cells' locks, and the
-    rerun was refused ("run directory ... is in use by another resgrad run")."""
+    rerun was refused ("run directory ... is in use by another resgrad run"). And the
+    resource tracker warned at exit of the semaphores the killed workers' progress bars had
+    made ("There appear to be 2 leaked semaphore objects to clean up at shutdown")."""
     out = str(tmp_path / "exp")
     args = ["experiment", "warmup", *GRID, "--data", text, "--out-dir", out]
+    # Ctrl-C as at a terminal: a shell's background job inherits SIGINT ignored (the
+    # mutation run's pytest may be one), and Python then leaves it ignored
     p = subprocess.Popen([sys.executable, "-m", "resgrad", *args, "--seeds", "30,4", "--jobs", "2"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         env=ENV)  # fmt: skip
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+                         )  # fmt: skip
     dyn = [os.path.join(out, "runs", f"pre-ln_L1_lr0.001_w0_s{s}", "dynamics.bin") for s in (30, 4)]
     t0 = time.monotonic()
     while not all(os.path.exists(d) for d in dyn):  # both workers are training
@@ -77,9 +83,13 @@ def test_killing_the_experiment_ends_its_workers_and_a_rerun_resumes(tmp_path, t
         w.kill()
     assert alive == [], f"workers outlived the experiment: {alive}"
     err = p.stderr.read()  # (an orphan would hold the pipe open)
-    # SIGTERM is handled: the pool is torn down and the command exits 128 + 15
-    assert rc == (143 if sig == signal.SIGTERM else -signal.SIGKILL), err
+    # SIGTERM is handled: the pool is torn down and the command exits 128 + 15; Ctrl-C: 130
+    assert rc == {signal.SIGTERM: 143, signal.SIGINT: 130, signal.SIGKILL: -9}[sig], err
     assert "Traceback" not in err, err
+    assert "leaked semaphore" not in err, err  # the workers made none
+    if sig != signal.SIGKILL:  # (after a SIGKILL, loky's tracker cleans up the pool's own)
+        assert "resource_tracker" not in err and "leaked" not in err, err
+        assert err == ("resgrad experiment: interrupted\n" if sig == signal.SIGINT else ""), err
     assert not os.path.exists(os.path.join(out, "cells.csv"))  # it was cut short
 
     assert main([*args, "--seeds", "30,4", "--jobs", "1"]) == 0  # resumes, no lock in the way
@@ -141,4 +151,27 @@ def test_bad_seeds_are_one_line_exit_2(tmp_path, monkeypatch, capsys, cmd, value
     err = capsys.readouterr().err
     assert e.value.code == 2 and err.count("\n") == 1, err
     assert f"argument --seeds: {message}" in err, err
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [(["claims", "scaled-init", "--depths", "4,4"], "argument --depths: expected distinct"),
+     (["claims", "scaled-init", "--depths", "0"], "argument --depths: expected a positive "
+                                                  "integer, got '0'"),
+     (["experiment", "warmup", "--variants", "pre-ln,pre-ln"], "argument --variants: expected "
+                                                               "distinct"),
+     (["experiment", "warmup", "--depths", "4,4"], "argument --depths: expected distinct"),
+     (["experiment", "warmup", "--lrs", "0.001,0.0010000001"], "lrs must differ within 6 "
+                                                               "significant digits"),
+     (["experiment", "warmup", "--eval-iters", "10001"], "eval_iters must be at most 10000"),
+     (["experiment", "warmup", "--seeds", "4294967296"], "expected at most 100,000 seeds")],
+)  # fmt: skip
+def test_a_grid_value_twice_or_out_of_bounds_is_one_line_exit_2(tmp_path, monkeypatch, capsys,
+                                                                 args, message):  # fmt: skip
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as e:
+        sys.exit(main(args))
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.count("\n") == 1 and message in err, err
     assert os.listdir(tmp_path) == []

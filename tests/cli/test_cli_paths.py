@@ -4,6 +4,7 @@ nanoGPT ckpt.pt: the numbers are the library's, bad input is one line and exit 2
 import csv
 import io
 import json
+import math
 import pickle
 
 import numpy as np
@@ -126,14 +127,6 @@ def test_bad_input_is_one_line_exit_2(capsys, args, needle):
     assert needle in err and err.count("\n") == 1 and "Traceback" not in err, err
 
 
-def test_a_window_longer_than_the_context_is_one_line(tmp_path, text_file, capsys):
-    d = tmp_path / "hf"
-    export_hf(GPT(CFG, seed=0), d, tokenizer_json=char_tokenizer_json(CHARS))
-    assert main(["paths", str(d), "--text", text_file, "--seq", "17"]) == 2
-    err = capsys.readouterr().err
-    assert "seq 17 is longer than the model's context of 16" in err and err.count("\n") == 1
-
-
 # ----------------------------------------------------------------- plots, seeds, memory
 
 
@@ -250,3 +243,191 @@ def test_a_directory_transformers_saved_splits_into_parts_that_sum_to_torchs_gra
                  "--seeds", "1", "--format", "json", "--threads", "1"]) == 0  # fmt: skip
     got = json.loads(capsys.readouterr().out)
     assert got["n"] == 4
+
+
+# ----------------------------------------------------------------- bounds, before the work
+
+
+def _boom(*a, **k):
+    raise AssertionError("the work started before the check")
+
+
+def _hf(tmp_path):
+    d = tmp_path / "hf"
+    export_hf(GPT(CFG, seed=0), d, tokenizer_json=char_tokenizer_json(CHARS))
+    return str(d)
+
+
+@pytest.mark.parametrize("source", ["lesson", "HF"])
+def test_a_veit_count_of_days_is_refused_at_once_saying_what_it_would_take(
+    tmp_path, text_file, capsys, monkeypatch, source
+):
+    extra = ["lesson"] if source == "lesson" else [_hf(tmp_path), "--text", text_file,
+                                                    "--seq", "8"]  # fmt: skip
+    for name in ("stack_chain", "model_splits", "model_veit", "veit_sample", "split"):
+        monkeypatch.setattr(paths, name, _boom)
+    assert main(["paths", *extra, "--veit", "1000000000"]) == 2
+    io_ = capsys.readouterr()
+    err = io_.err
+    assert io_.out == "" and err.count("\n") == 1 and "Traceback" not in err, err
+    assert err.startswith("resgrad paths: error: ") and " days (" in err, err
+    assert "and --veit 1,000,000,000 sampled paths per k) would take about " in err, err
+    assert "more than the budget of 10.0 min" in err
+    assert "pass --budget " in err
+
+
+def test_the_budget_a_refusal_names_is_enough(capsys):
+    assert main(["paths", "lesson", "--depth", "6", "--veit", "40", "--budget", "1e-9"]) == 2
+    err = capsys.readouterr().err
+    assert "(861 branch VJPs; an estimate)" in err, err  # the split's 21 + 40 x 21 (Veit's)
+    need = err.split("pass --budget ")[1].split()[0]
+    assert main(["paths", "lesson", "--depth", "6", "--veit", "40", "--budget", need]) == 0
+    assert "C(n,k) x mean" in capsys.readouterr().out
+
+
+def test_every_count_that_multiplies_the_work_is_in_the_estimate(capsys, monkeypatch):
+    seen = []
+    real = paths.require_time
+
+    def spy(work, budget, what, more):
+        seen.append(work.vjps)
+        real(work, budget, what, more)
+
+    monkeypatch.setattr(paths, "require_time", spy)
+    for extra in ([], ["--seeds", "3"], ["--veit", "2"], ["--depth", "8"]):
+        assert main(["paths", "lesson", "--depth", "6", *extra, "--format", "csv"]) == 0
+    capsys.readouterr()
+    assert seen == [21, 3 * 21, 21 + 2 * 21, 36]
+
+
+def test_a_long_job_shows_a_progress_bar_on_a_terminal_only(capsys, monkeypatch):
+    import io
+    import sys
+
+    monkeypatch.setattr(paths, "PROGRESS_AFTER_S", 0.0)
+    assert main(["paths", "lesson", "--depth", "6", "--veit", "5"]) == 0
+    assert capsys.readouterr().err == ""  # stderr is no terminal here
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    tty = Tty()
+    monkeypatch.setattr(sys, "stderr", tty)
+    assert main(["paths", "lesson", "--depth", "6", "--veit", "5"]) == 0
+    bar = tty.getvalue()
+    assert "paths (about " in bar and "VJP" in bar and "100%" in bar, bar
+    monkeypatch.setattr(paths, "PROGRESS_AFTER_S", 1e9)
+    tty.seek(0)
+    tty.truncate()
+    assert main(["paths", "lesson", "--depth", "6", "--veit", "5"]) == 0
+    assert tty.getvalue() == ""  # a short job: no bar
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        ([], "--seq 64 (the default) is longer than the model's 16 positions; pass --seq 16 or "
+             "less"),
+        (["--seq", "17"], "--seq 17 is longer than the model's 16 positions; pass --seq 16 or "
+                          "less"),
+        (["--seq=20"], "--seq 20 is longer than the model's 16 positions"),
+    ],
+)  # fmt: skip
+@pytest.mark.parametrize("kind", ["HF", "run"])
+def test_a_seq_longer_than_the_model_names_the_flag_and_whether_it_was_typed(
+    tmp_path, text_file, capsys, monkeypatch, extra, message, kind
+):
+    if kind == "HF":
+        src = _hf(tmp_path)
+    else:
+        src = str(tmp_path / "run")
+        (tmp_path / "run").mkdir()
+        ckpt = Checkpoint(params=GPT(CFG, seed=1).params, optimizer={}, iteration=0, vocab=CHARS,
+                          config={"model": {**CFG.__dict__}, "train": {}})  # fmt: skip
+        save_checkpoint(tmp_path / "run" / "last.ckpt", ckpt)
+    monkeypatch.setattr(paths, "model_splits", _boom)
+    assert main(["paths", src, "--text", text_file, *extra]) == 2
+    err = capsys.readouterr().err
+    assert err == f"resgrad paths: error: {message}" + ("\n" if extra != ["--seq=20"] else
+                                                       "; pass --seq 16 or less\n")  # fmt: skip
+
+
+def test_a_seq_of_exactly_the_models_positions_is_allowed(tmp_path, text_file, capsys):
+    out = _json(capsys, ["paths", _hf(tmp_path), "--text", text_file, "--seq", "16",
+                         "--seeds", "1", "--format", "json"])  # fmt: skip
+    assert "T=16" in out["source"]
+
+
+def test_veits_samples_count_in_the_memory_estimate(tmp_path, text_file, capsys, monkeypatch):
+    from resgrad.perf import memory
+
+    seen = []
+
+    def require(nbytes, what, available=None):
+        seen.append(nbytes)
+        raise memory.NotEnoughMemory(f"{what}: stop here")
+
+    monkeypatch.setattr(memory, "require", require)
+    d = _hf(tmp_path)
+    for source in ([d, "--text", text_file, "--seq", "8"], ["lesson", "--depth", "6"]):
+        for veit in ([], ["--veit", "1000"]):
+            assert main(["paths", *source, *veit]) == 2
+            assert "stop here" in capsys.readouterr().err
+    assert seen[1] - seen[0] == seen[3] - seen[2] == 8 * 1000  # one float per sample
+    assert seen[0] == memory.paths_bytes(CFG, 8, 4)
+
+
+# ----------------------------------------------------------------- the plot's destination
+
+
+@pytest.mark.parametrize(
+    "dest, message",
+    [
+        ("nodir/x.png", "cannot write '{d}/nodir/x.png': directory '{d}/nodir' does not exist"),
+        ("file.txt/x.png", "cannot write '{d}/file.txt/x.png': '{d}/file.txt' is a file, not a "
+                           "directory"),
+        ("adir.png", "cannot write '{d}/adir.png': it is a directory; give a file name"),
+        ("/proc/x.png", "cannot write '/proc/x.png': directory '/proc' is not writable"),
+    ],
+)  # fmt: skip
+def test_a_plot_that_cannot_be_written_is_refused_before_any_work(
+    tmp_path, capsys, monkeypatch, dest, message
+):
+    (tmp_path / "file.txt").write_text("keep")
+    (tmp_path / "adir.png").mkdir()
+    dest = dest if dest.startswith("/") else f"{tmp_path}/{dest}"
+    monkeypatch.setattr(paths, "stack_chain", _boom)
+    assert main(["paths", "lesson", "--depth", "4", "--plot", dest]) == 2
+    io_ = capsys.readouterr()
+    assert io_.out == "" and io_.err.count("\n") == 1, io_
+    assert io_.err.startswith("resgrad paths: error: " + message.format(d=tmp_path)), io_.err
+    assert (tmp_path / "file.txt").read_text() == "keep"
+
+
+class ClosedPipe(io.TextIOBase):
+    """A stdout whose reader has left (``| head``): every write is a BrokenPipeError."""
+
+    def write(self, s):
+        raise BrokenPipeError(32, "Broken pipe")
+
+
+@pytest.mark.parametrize("fmt", ["table", "json", "csv"])
+def test_a_plot_is_written_even_when_the_reader_of_stdout_has_left(tmp_path, monkeypatch, fmt):
+    import sys
+
+    out = tmp_path / "p.png"
+    monkeypatch.setattr(sys, "stdout", ClosedPipe())
+    assert main(["paths", "lesson", "--depth", "5", "--veit", "2", "--plot", str(out),
+                 "--format", fmt]) == 0  # fmt: skip
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_table_counts_the_paths_of_its_range_with_both_ends(capsys):
+    out = _json(capsys, ["paths", "lesson", "--depth", "8", "--format", "json"])
+    lo, hi = out["range90"]
+    assert lo < hi
+    assert main(["paths", "lesson", "--depth", "8"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("90% of"))
+    inside = sum(math.comb(8, k) for k in range(lo, hi + 1))
+    assert line.endswith(f"k = {lo}..{hi} ({inside} of 256 paths)"), line

@@ -4,6 +4,7 @@ one per kept checkpoint; what it cannot read is one line on stderr and exit 2.""
 import csv
 import io
 import json
+import math
 
 import pytest
 
@@ -50,6 +51,9 @@ def test_table_json_csv_are_the_librarys(run, capsys):
     table = capsys.readouterr().out.splitlines()
     assert "n = 4 branches" in table[0] and "k=0 share" in table[1]
     assert [line.split()[0] for line in table[3:6]] == ["0", "3", "6"]
+    for line, r in zip(table[3:6], lib):  # the paths of its 90% range, both ends counted
+        lo, hi = r.range90
+        assert line.endswith(f"{sum(math.comb(4, k) for k in range(lo, hi + 1)) / 16:.2%}")
     assert f"{lib[2].rows[0].share_norm:.4f}" in table[5]
 
 
@@ -113,16 +117,92 @@ def test_several_runs_give_the_mean_and_std_over_the_runs(seeded_runs, capsys):
 
 
 @pytest.mark.parametrize(
-    "extra, message",
+    "extra, suffix, message",
     [
-        ([], "2 SOURCEs given; several are compared only with --every-checkpoint"),
-        (["--every-checkpoint", "--seq", "8"], "is given twice; each run counts once"),
+        ([], "", "2 SOURCEs given; several are compared only with --every-checkpoint"),
+        (["--every-checkpoint", "--seq", "8"], "", "is given twice; each run counts once"),
+        (["--every-checkpoint", "--seq", "8"], "/", "is given twice; each run counts once"),
     ],
 )
-def test_several_sources_are_refused_where_they_mean_nothing(run, capsys, extra, message):
+def test_several_sources_are_refused_where_they_mean_nothing(run, capsys, extra, suffix, message):
     out, _ = run
     capsys.readouterr()
-    assert main(["paths", out, out, *extra]) == 2
+    assert main(["paths", out, out + suffix, *extra]) == 2  # run/ is run
     io_ = capsys.readouterr()
     err = io_.err.strip()
     assert "\n" not in err and message in err and io_.out == ""
+
+
+def _flags(**kw):
+    """FLAGS with some values replaced: {"--n-embd": "32"}."""
+    out = list(FLAGS)
+    for flag, value in kw.items():
+        out[out.index(flag) + 1] = value
+    return out
+
+
+@pytest.fixture(scope="module")
+def unlike_runs(run, tmp_path_factory):
+    """One checkpoint each, like ``run`` but for the scheme, the width or the text."""
+    _, text = run
+    d = tmp_path_factory.mktemp("cli_paths_unlike")
+    digits = d / "digits.txt"
+    digits.write_text("0123456789+-*/ " * 60, encoding="utf-8")
+    out = {}
+    for name, flags, data in [
+        ("post-ln", [*_flags(**{"--max-iters": "0"}), "--variant", "post-ln"], text),
+        ("wide", _flags(**{"--max-iters": "0", "--n-embd": "48"}), text),
+        ("digits", _flags(**{"--max-iters": "0"}), str(digits)),
+    ]:
+        out[name] = str(d / name)
+        assert main(["train", *flags, "--keep-every", "1", "--data", data, "--out-dir",
+                     out[name]]) == 0  # fmt: skip
+    return out
+
+
+@pytest.mark.parametrize(
+    "name, message",
+    [
+        ("post-ln", "has scheme post-ln, run '{run}' has pre-ln"),
+        ("wide", "has width (n_embd) 48, run '{run}' has 16"),
+        ("digits", "has vocabulary 15 characters ' *+-/0123456789', run '{run}' has 28 "
+                   "characters ' .abcdefghijklmnopqrstuvwxyz'"),
+    ],
+)  # fmt: skip
+def test_unlike_runs_are_refused_in_one_line_before_any_split(
+    run, unlike_runs, capsys, monkeypatch, name, message
+):
+    def boom(*a, **k):
+        raise AssertionError("split before the runs were compared")
+
+    monkeypatch.setattr(paths, "model_splits", boom)
+    out, text = run
+    capsys.readouterr()
+    assert main(["paths", out, unlike_runs[name], "--every-checkpoint", "--text", text,
+                 "--seq", "8", "--batch", "2"]) == 2  # fmt: skip
+    io_ = capsys.readouterr()
+    assert io_.out == "" and io_.err.count("\n") == 1, io_
+    assert io_.err.startswith(
+        f"resgrad paths: error: run '{unlike_runs[name]}' "
+        + message.format(run=out)
+        + ": only runs of one model"
+    ), io_.err
+
+
+def test_every_checkpoint_checks_seq_and_the_budget_before_any_split(run, capsys, monkeypatch):
+    def boom(*a, **k):
+        raise AssertionError("split before the checks")
+
+    monkeypatch.setattr(paths, "model_splits", boom)
+    out, text = run
+    capsys.readouterr()
+    assert main(["paths", out, "--every-checkpoint", "--text", text]) == 2
+    assert capsys.readouterr().err == (
+        "resgrad paths: error: --seq 64 (the default) is longer "
+        "than the model's 16 positions; pass --seq 16 or less\n"
+    )
+    assert main(["paths", out, "--every-checkpoint", "--text", text, "--seq", "8",
+                 "--seeds", "5", "--budget", "1e-6"]) == 2  # fmt: skip
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "1 run(s) (L=2 C=16) on 4 windows of 8 tokens" in err, err
+    assert "(15 splits) would take about" in err and "pass --budget " in err  # 3 ckpts x 5 seeds

@@ -279,3 +279,84 @@ def test_only_a_dead_processs_temporaries_are_removed(tmp_path):
     assert sorted(os.listdir(tmp_path)) == sorted(["model", *live])
     assert _version(tmp_path / "model") == "new"  # the old one aside was not put back
     assert remove_stale_staging(tmp_path / "model") == []
+
+
+# --------------------------------------------------------------------------- destinations
+
+
+def test_check_destination_refuses_each_case_in_its_own_line_naming_the_path(tmp_path):
+    from resgrad.formats.atomic import check_destination
+
+    (tmp_path / "file.txt").write_text("keep me")
+    (tmp_path / "d.png").mkdir()
+    cases = [
+        (tmp_path / "nodir" / "x.png", FileNotFoundError,
+         f"directory '{tmp_path}/nodir' does not exist"),
+        (tmp_path / "file.txt" / "x.png", NotADirectoryError,
+         f"'{tmp_path}/file.txt' is a file, not a directory"),
+        (tmp_path / "file.txt" / "sub" / "x.png", NotADirectoryError,
+         f"'{tmp_path}/file.txt' is a file, not a directory"),
+        (tmp_path / "d.png", IsADirectoryError, "it is a directory; give a file name"),
+        ("/proc/x.png", PermissionError, "directory '/proc' is not writable"),
+    ]  # fmt: skip
+    for path, error, message in cases:
+        with pytest.raises(error) as e:
+            check_destination(path)
+        msg = str(e.value)
+        assert msg.startswith(f"cannot write '{path}': ") and message in msg, msg
+        assert "\n" not in msg and ".tmp" not in msg
+    check_destination(tmp_path / "ok.png")  # writable: nothing raised, nothing left behind
+    assert sorted(os.listdir(tmp_path)) == ["d.png", "file.txt"]
+    assert (tmp_path / "file.txt").read_text() == "keep me"
+
+
+def test_a_path_under_a_file_is_not_called_a_missing_directory(tmp_path):
+    (tmp_path / "file.txt").write_text("x")
+    with pytest.raises(NotADirectoryError, match=r"file\.txt' is a file, not a directory"):
+        atomic_write_bytes(tmp_path / "file.txt" / "x.png", b"png")
+    with pytest.raises(FileNotFoundError, match=r"directory '.*nodir' does not exist"):
+        atomic_write_bytes(tmp_path / "nodir" / "x.png", b"png")
+
+
+def _dead_pid():
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                       capture_output=True, text=True, check=True)  # fmt: skip
+    return int(p.stdout)
+
+
+def test_temporaries_carry_their_writers_pid(tmp_path):
+    seen = []
+    atomic_write(tmp_path / "old.png", lambda f: seen.extend(os.listdir(tmp_path)))
+    (name,) = seen
+    assert name.startswith(f".old.png.{os.getpid()}-") and name.endswith(".tmp"), name
+
+
+def test_a_killed_writes_temporary_is_removed_by_the_next_write_and_nothing_else(tmp_path):
+    from resgrad.formats.atomic import remove_dead_temporaries
+
+    dst = tmp_path / "old.png"
+    assert killed_at(1, lambda: atomic_write_bytes(dst, b"half"))  # killed at the file's fsync
+    (left,) = os.listdir(tmp_path)  # the killed write's temporary, named with its dead pid
+    assert left.startswith(".old.png.") and left.endswith(".tmp")
+    dead = _dead_pid()
+    keep = [
+        f".old.png.{os.getpid()}-abcd1234.tmp",  # a live writer's (this process)
+        f".other.png.{dead}-abcd1234.tmp",  # another destination's
+        f".old.png.5.png.{dead}-abcd1234.tmp",  # the destination "old.png.5.png"'s
+        ".old.png.abcd1234.tmp",  # no pid in the name: whose it is cannot be told
+        f"old.png.{dead}-abcd1234.tmp",  # not hidden: not a name this module gives
+        f".old.png.{dead}-abcd1234.tmp.bak",
+        f".old.png.{10**30}-abcd1234.tmp",  # no pid at all
+    ]
+    stale = [f".old.png.{dead}-q1w2e3r4.tmp"]
+    for n in keep + stale:
+        (tmp_path / n).write_bytes(b"x")
+    atomic_write_bytes(dst, b"new")
+    assert dst.read_bytes() == b"new"
+    assert sorted(os.listdir(tmp_path)) == sorted(["old.png", *keep])
+    assert remove_dead_temporaries(dst) == []  # nothing more of this destination's
+    (tmp_path / stale[0]).write_bytes(b"x")
+    assert remove_dead_temporaries(dst) == [str(tmp_path / stale[0])]

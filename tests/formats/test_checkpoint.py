@@ -340,3 +340,58 @@ def test_a_failed_checksum_says_whether_the_file_was_cut_extended_or_changed(tmp
     want = f"truncated: its header promises {len(raw)} bytes, the file holds {len(raw) - 3}"
     with pytest.raises(ValueError, match=want):
         load_checkpoint(path)
+
+
+def test_the_header_bounds_just_inside_and_just_outside(tmp_path):
+    """A file shorter than the 8-byte length is truncated, one of 8 is not (it is no
+    checkpoint); a header length of exactly the largest accepted is read on (and found
+    cut short here), one byte more is not a resgrad checkpoint."""
+    from resgrad.formats.checkpoint import _MAX_HEADER
+
+    path = tmp_path / "x.ckpt"
+    path.write_bytes(b"\x10" * 7)
+    with pytest.raises(ValueError, match="7 bytes, shorter than its 8-byte header"):
+        load_checkpoint(path)
+    path.write_bytes(b"\x10" * 8)
+    with pytest.raises(ValueError, match=r"is not a resgrad checkpoint \(bad header\)"):
+        load_checkpoint(path)
+    path.write_bytes(_MAX_HEADER.to_bytes(8, "little") + b'{"format": 2}')
+    with pytest.raises(ValueError, match=f"promises {_MAX_HEADER} bytes of header, the file "
+                                         "holds 13"):  # fmt: skip
+        load_checkpoint(path)
+    path.write_bytes((_MAX_HEADER + 1).to_bytes(8, "little") + b'{"format": 2}')
+    with pytest.raises(ValueError, match=r"is not a resgrad checkpoint \(bad header\)"):
+        load_checkpoint(path)
+
+
+def test_optimizer_state_keeps_its_dtype_and_a_resume_refuses_a_wrong_one(tmp_path):
+    """The file keeps each array's own dtype and shape (nothing is cast to fit); a run
+    resumed from a checkpoint whose AdamW moments are float64, or of another shape, for
+    its float32 model is refused, naming the key, before it trains."""
+    from resgrad.train.config import TrainConfig
+    from resgrad.train.loop import train
+
+    ckpt, _ = _ckpt()
+    ckpt.optimizer["m.wte"] = ckpt.optimizer["m.wte"].astype(np.float64)
+    save_checkpoint(tmp_path / "x.ckpt", ckpt)
+    assert load_checkpoint(tmp_path / "x.ckpt").optimizer["m.wte"].dtype == np.float64
+
+    data = tmp_path / "data.txt"
+    data.write_text("the quick brown fox jumps over the lazy dog. " * 40, encoding="utf-8")
+    cfg = TrainConfig(n_layer=1, n_head=2, n_embd=8, block_size=8, batch_size=2, max_iters=2,
+                      warmup_iters=0, lr_decay_iters=4, eval_interval=2, eval_iters=1,
+                      data=str(data), out_dir=str(tmp_path / "run"))  # fmt: skip
+    train(cfg, progress=False, log=lambda s: None)
+    last = tmp_path / "run" / "last.ckpt"
+    good = load_checkpoint(last)
+    wte = good.optimizer["v.wte"]
+    for bad, said in ((wte.astype(np.float64), f"{wte.shape} float64, expected {wte.shape} "
+                                                "float32"),
+                      (wte[:-1], f"{wte[:-1].shape} float32")):  # fmt: skip
+        good.optimizer["v.wte"] = bad
+        save_checkpoint(last, good)
+        with pytest.raises(ValueError, match=rf"optimizer state v\.wte has shape {said}"
+                           .replace("(", r"\(").replace(")", r"\)")):  # fmt: skip
+            train(TrainConfig(**{**cfg.__dict__, "max_iters": 4, "resume": True}),
+                  progress=False, log=lambda s: None)  # fmt: skip
+        assert load_checkpoint(last).iteration == 2  # nothing trained

@@ -1,5 +1,6 @@
 """TensorBoard event files: the framing proven against TensorBoard's own reader and a CRC-32C
-written here from its definition; torn and damaged tails; trimming for a resume; durability."""
+written here from its definition; torn tails; damaged records skipped and the sound ones after
+them kept; durability; an optional extra that is absent or fails to import."""
 
 import os
 import struct
@@ -20,10 +21,11 @@ from resgrad.formats.events import (  # noqa: E402
     EventFile,
     event_files,
     frame,
+    import_extra,
     masked_crc,
     read_events,
     read_frames,
-    trim_events,
+    salvage_events,
 )
 
 
@@ -78,57 +80,78 @@ def test_a_frame_is_length_crc_data_crc():
 def test_every_torn_tail_is_left_out_and_counted(tmp_path):
     _, path = _write(tmp_path, range(3))
     whole = open(path, "rb").read()
-    frames, torn = read_frames(path)
-    assert len(frames) == 4 and torn == 0 and b"".join(frames) == whole
+    frames, torn, damaged = read_frames(path)
+    assert len(frames) == 4 and torn == 0 and damaged == [] and b"".join(frames) == whole
     last = len(frames[-1])
     for cut in range(1, last):  # a kill at every byte of the last record
         with open(path, "wb") as f:
             f.write(whole[:-cut])
-        frames, torn = read_frames(path)
-        assert len(frames) == 3 and torn == last - cut
+        frames, torn, damaged = read_frames(path)
+        assert len(frames) == 3 and torn == last - cut and damaged == []
 
 
-@pytest.mark.parametrize("where", ["length", "data", "data crc"])
-def test_a_damaged_record_ends_the_sound_ones(tmp_path, where):
-    _, path = _write(tmp_path, range(3))
+def _steps(path):
+    return [e.step for e in read_events(os.path.dirname(path)) if not e.file_version]
+
+
+@pytest.mark.parametrize("where", ["length", "length crc", "data", "data crc"])
+def test_a_damaged_record_is_skipped_and_every_sound_one_after_it_kept(tmp_path, where):
+    """A flipped byte in the third record (the event of step 1): that record alone is lost,
+    the eight after it are read, and the damage is one span of exactly its bytes."""
+    _, path = _write(tmp_path, range(10))
     whole = bytearray(open(path, "rb").read())
-    frames, _ = read_frames(path)
-    start = sum(len(f) for f in frames[:2])  # the third record: the event of step 1
-    at = {"length": start, "data": start + 14, "data crc": start + len(frames[2]) - 1}[where]
+    frames = read_frames(path).frames
+    start, size = sum(len(f) for f in frames[:2]), len(frames[2])
+    at = {"length": start + 1, "length crc": start + 9, "data": start + 14,
+          "data crc": start + size - 1}[where]  # fmt: skip
     whole[at] ^= 0x40
     open(path, "wb").write(bytes(whole))
-    frames, torn = read_frames(path)
-    assert len(frames) == 2 and torn == len(whole) - start
+    found = read_frames(path)
+    assert found.frames == frames[:2] + frames[3:]
+    assert found.damaged == [(start, size)] and found.torn == 0
+    assert _steps(path) == [0, *range(2, 10)]
 
 
-def test_trim_keeps_the_steps_before_and_the_file_version(tmp_path):
-    logdir, path = _write(tmp_path, range(10))
-    with open(path, "ab") as f:  # a kill's torn tail
-        f.write(frame(_scalar_event(10, 0.0).SerializeToString())[:-3])
-    assert trim_events(logdir, 6) == 4
-    evs = list(read_events(logdir))
-    assert evs[0].file_version and [e.step for e in evs[1:]] == list(range(6))
-    assert read_frames(path)[1] == 0  # the torn tail went too
-    before = open(path, "rb").read()
-    assert trim_events(logdir, 6) == 0 and open(path, "rb").read() == before
-    with open(path, "ab") as f:  # a torn tail alone, every whole event before the step
-        f.write(frame(_scalar_event(3, 0.0).SerializeToString())[:9])
-    assert trim_events(logdir, 6) == 0 and open(path, "rb").read() == before
+def test_a_first_record_claiming_2_to_the_62_bytes_loses_only_itself(tmp_path):
+    """A length of 2**62 with its own CRC made right (no torn write makes one): the file's
+    other records are all read, the bad one is the damage, nothing is torn."""
+    _, path = _write(tmp_path, range(5))
+    whole = open(path, "rb").read()
+    frames = read_frames(path).frames
+    head = struct.pack("<Q", 2**62)
+    bad = head + struct.pack("<I", masked_crc(head)) + frames[0][12:]
+    open(path, "wb").write(bad + b"".join(frames[1:]))
+    found = read_frames(path)
+    assert found.frames == frames[1:] and found.damaged == [(0, len(frames[0]))]
+    assert found.torn == 0 and len(bad + b"".join(frames[1:])) == len(whole)
+    assert _steps(path) == list(range(5))
 
 
-def test_trim_rewrites_atomically(tmp_path, monkeypatch):
-    """A failure in the middle of a trim leaves the event file as it was."""
-    logdir, path = _write(tmp_path, range(10))
-    before = open(path, "rb").read()
+def test_garbage_between_records_is_one_span_and_a_torn_tail_is_no_damage(tmp_path):
+    _, path = _write(tmp_path, range(4))
+    frames = read_frames(path).frames
+    junk = bytes(range(256)) * 3  # no record: no sound CRCs anywhere in it
+    torn = frame(_scalar_event(4, 1.0).SerializeToString())[:-6]
+    open(path, "wb").write(b"".join(frames[:3]) + junk + b"".join(frames[3:]) + torn)
+    found = read_frames(path)
+    assert found.frames == frames and found.torn == len(torn)
+    assert found.damaged == [(sum(len(f) for f in frames[:3]), len(junk))]
 
-    def fail(*a):
-        raise OSError("disk full")
 
-    monkeypatch.setattr(os, "replace", fail)
-    with pytest.raises(OSError, match="disk full"):
-        trim_events(logdir, 3)
-    assert open(path, "rb").read() == before
-    assert os.listdir(logdir) == [os.path.basename(path)]  # no temporary left
+def test_salvage_says_which_file_lost_what_and_keeps_the_rest(tmp_path):
+    logdir, path = _write(tmp_path, range(6))
+    whole = bytearray(open(path, "rb").read())
+    frames = read_frames(path).frames
+    start = sum(len(f) for f in frames[:3])
+    whole[start + 14] ^= 0x01  # the event of step 2
+    junk = b"not an event"  # sound CRCs around bytes that are no Event
+    open(path, "wb").write(bytes(whole) + frame(junk) + frame(b"\xff\xff\xff"))
+    events, damage = salvage_events(logdir)
+    assert [e.step for e in events if not e.file_version] == [0, 1, 3, 4, 5]
+    name = os.path.basename(path)
+    assert damage == [f"{name}: 1 damaged span ({len(frames[3])} bytes) skipped, 2 records "
+                      "that are no event skipped"]  # fmt: skip
+    assert salvage_events(tmp_path / "absent") == ([], [])
 
 
 def test_one_write_per_event_and_sync_fsyncs_the_file(tmp_path, monkeypatch):
@@ -170,8 +193,44 @@ def test_missing_tensorboardx_is_one_line_naming_the_extra(monkeypatch):
     import sys
 
     monkeypatch.setitem(sys.modules, "tensorboardX", None)
-    with pytest.raises(ValueError, match=r'pip install "resgrad\[tensorboard\]"'):
+    with pytest.raises(ValueError, match=r"^TensorBoard logging needs tensorboardX, which is not "
+                       r'installed; pip install "resgrad\[tensorboard\]"$'):  # fmt: skip
         events.require_tensorboardx()
+
+
+FAILS = {  # what an installed module's own import raises
+    "protobuf": "raise ImportError(\"cannot import name 'builder' from 'google.protobuf'\")",
+    "dependency": "import resgrad_no_such_dependency",
+    "descriptors": "raise TypeError('Descriptors cannot be created directly.\\nmore lines')",
+}
+
+
+@pytest.mark.parametrize("kind", FAILS)
+def test_an_installed_module_that_fails_to_import_is_named_with_its_error(
+    tmp_path, monkeypatch, kind
+):
+    import sys
+
+    (tmp_path / "resgrad_fake_extra.py").write_text(FAILS[kind] + "\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "resgrad_fake_extra", raising=False)
+    with pytest.raises(ValueError) as e:
+        import_extra("resgrad_fake_extra", "--log-to fake", "pip install fake")
+    msg = str(e.value)
+    assert msg.startswith("--log-to fake needs resgrad_fake_extra, which is installed but fails "
+                          "to import: ")  # fmt: skip
+    assert "not installed" not in msg and "\n" not in msg
+    want = {"protobuf": "ImportError: cannot import name 'builder' from 'google.protobuf'",
+            "dependency": "ModuleNotFoundError: No module named 'resgrad_no_such_dependency'",
+            "descriptors": "TypeError: Descriptors cannot be created directly."}[kind]  # fmt: skip
+    assert msg.endswith(want)
+
+
+def test_only_the_module_itself_missing_is_not_installed(monkeypatch):
+    with pytest.raises(ValueError, match=r"^x needs resgrad_absent_module, which is not installed; "
+                       r"pip install y$"):  # fmt: skip
+        import_extra("resgrad_absent_module", "x", "pip install y")
+    assert import_extra("json", "x", "y").dumps([1]) == "[1]"
 
 
 def test_a_new_file_sorts_after_every_file_already_there(tmp_path):

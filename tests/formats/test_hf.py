@@ -137,9 +137,12 @@ def test_float32_logits_and_50_greedy_tokens_match(torch, transformers, tmp_path
 
 
 def test_layer_norm_epsilon_is_read(torch, transformers, tmp_path):
-    hf, d = _saved(torch, transformers, tmp_path, layer_norm_epsilon=0.3)
+    """At the largest epsilon read (0.1), where it differs most from GPT-2's 1e-5."""
+    from resgrad.formats.hf import EPS_MAX
+
+    hf, d = _saved(torch, transformers, tmp_path, layer_norm_epsilon=EPS_MAX)
     model = load_hf(d, dtype=np.float64)
-    assert model.cfg.ln_eps == 0.3
+    assert model.cfg.ln_eps == EPS_MAX == 0.1
     idx = _ids(SMALL["vocab_size"])
     ref = hf(torch.from_numpy(idx)).logits.detach().numpy()
     assert np.abs(model.forward(idx)[0] - ref).max() / np.abs(ref).max() < LOGITS_TOL_64
@@ -502,12 +505,12 @@ _CONFIG_FIELDS = {  # field -> what a good value is
     "n_layer": "an integer >= 1",
     "n_head": "an integer >= 1",
     "n_embd": "an integer >= 1",
-    "layer_norm_epsilon": "a positive finite number",
+    "layer_norm_epsilon": "a positive finite number from 1.17549e-38 to 0.1",
 }
 
 
 @pytest.mark.parametrize("field", list(_CONFIG_FIELDS))
-@pytest.mark.parametrize("value", [None, "8", True, -1, 0, 2.5, [8], {"v": 8}])
+@pytest.mark.parametrize("value", [None, "8", True, -1, 0, 2.5, 8.0, [8], {"v": 8}])
 def test_every_config_field_is_checked_for_type_and_range(tmp_path, field, value):
     """null, strings, booleans, negatives, zero and non-integers in a field resgrad reads:
     one line naming the file and the field, the value as JSON writes it, and what fits."""
@@ -522,11 +525,15 @@ def test_every_config_field_is_checked_for_type_and_range(tmp_path, field, value
     assert _CONFIG_FIELDS[field] in msg, msg
 
 
-def test_an_integral_float_size_and_an_integer_epsilon_are_read_as_numbers(tmp_path):
+def test_an_integral_float_size_is_refused_and_an_epsilon_is_read_as_a_float(tmp_path):
+    """transformers' GPT2Config refuses n_layer 2.0 (a float where an int is expected):
+    so does resgrad, by name; an epsilon written 1e-05 is read as the float it is."""
     d = _tiny_dir(tmp_path)
-    _edit_config(d, n_layer=2.0, layer_norm_epsilon=1)
+    _edit_config(d, n_layer=2.0)
+    _one_line_error(d, re.escape("n_layer is 2.0; expected an integer >= 1"))
+    _edit_config(d, n_layer=2, layer_norm_epsilon=1e-05)
     cfg = load_hf(d).cfg
-    assert (cfg.n_layer, cfg.ln_eps) == (2, 1.0)
+    assert (cfg.n_layer, cfg.ln_eps) == (2, 1e-05)
     assert type(cfg.n_layer) is int and type(cfg.ln_eps) is float
 
 
@@ -540,6 +547,177 @@ def test_switches_must_be_json_booleans(tmp_path, key, value):
     _edit_config(d, **{key: value})
     msg = _one_line_error(d, re.escape(f"{key} is {json.dumps(value)}"))
     assert msg.startswith(f"{d / 'config.json'}: "), msg
+
+
+# --------------------------------------------------------------------------- aliases
+
+# transformers' GPT2Config.attribute_map: the names other configs use for GPT-2's sizes
+_ALIASES = {"n_embd": "hidden_size", "n_layer": "num_hidden_layers",
+            "n_head": "num_attention_heads", "n_positions": "max_position_embeddings"}  # fmt: skip
+
+
+def _renamed(d, **renames):
+    """config.json with fields renamed (old name -> new name), values kept."""
+    cfg = json.loads((d / "config.json").read_text())
+    for old, new in renames.items():
+        cfg[new] = cfg.pop(old)
+    (d / "config.json").write_text(json.dumps(cfg))
+    return cfg
+
+
+def _same_logits_as_transformers(torch, transformers, d, hf=None):
+    """resgrad's float64 logits on ``d`` against the ones transformers computes from ``d``
+    (itself reading the same config.json), or from ``hf`` when transformers cannot."""
+    if hf is None:
+        hf = transformers.GPT2LMHeadModel.from_pretrained(
+            d, dtype=torch.float64, attn_implementation="eager"
+        ).eval()
+    model = load_hf(d, dtype=np.float64)
+    idx = _ids(model.cfg.vocab_size, T=min(17, model.cfg.block_size))
+    ref = hf(torch.from_numpy(idx)).logits.detach().numpy()
+    assert np.abs(model.forward(idx)[0] - ref).max() / np.abs(ref).max() < LOGITS_TOL_64
+    return model
+
+
+@pytest.mark.parametrize("field", list(_ALIASES))
+def test_each_alias_of_attribute_map_gives_transformers_logits(torch, transformers, tmp_path,
+                                                               field):  # fmt: skip
+    """A config.json naming a size by its alias only (hidden_size, ...): transformers reads
+    it (its attribute_map), and resgrad computes its logits."""
+    _, d = _saved(torch, transformers, tmp_path)
+    cfg = _renamed(d, **{field: _ALIASES[field]})
+    assert field not in cfg
+    hf = transformers.GPT2LMHeadModel.from_pretrained(
+        d, dtype=torch.float64, attn_implementation="eager"
+    ).eval()
+    assert getattr(hf.config, field) == SMALL[field]  # transformers did read the alias
+    model = _same_logits_as_transformers(torch, transformers, d, hf)
+    assert model.cfg == GPTConfig(vocab_size=97, block_size=80, n_layer=2, n_head=4, n_embd=64)
+
+
+def test_all_aliases_at_once_and_aliases_that_disagree(torch, transformers, tmp_path):
+    _, d = _saved(torch, transformers, tmp_path)
+    _renamed(d, **_ALIASES)
+    _same_logits_as_transformers(torch, transformers, d)
+    _edit_config(d, n_embd=64)  # the field and its alias, equal: one value
+    _same_logits_as_transformers(torch, transformers, d)
+    for field, alias in _ALIASES.items():  # unequal: which one transformers reads is moot
+        _, d = _saved(torch, transformers, tmp_path, name=f"two-{field}")
+        _edit_config(d, **{alias: 2 * SMALL[field]})
+        msg = _one_line_error(d, re.escape(
+            f"{field} is {SMALL[field]} but {alias} is {2 * SMALL[field]}; expected one value "
+            f"({field} and {alias} name one field)"))  # fmt: skip
+        assert msg.startswith(f"{d / 'config.json'}: "), msg
+
+
+def test_n_ctx_old_configs_context_size(torch, transformers, tmp_path):
+    """Old GPT-2 configs (the hub's gpt2) carry n_ctx beside n_positions: equal, read;
+    unequal, refused; alone, read (the position embedding's shape confirms it)."""
+    hf, d = _saved(torch, transformers, tmp_path, n_ctx=SMALL["n_positions"])
+    assert json.loads((d / "config.json").read_text())["n_ctx"] == 80  # written by transformers
+    _same_logits_as_transformers(torch, transformers, d)
+    _edit_config(d, n_ctx=40)
+    _one_line_error(d, re.escape("n_positions is 80 but n_ctx is 40; expected one value"))
+    _edit_config(d, n_ctx=80)
+    _renamed(d, n_positions="unused")  # n_ctx alone (transformers would default to 1024)
+    _same_logits_as_transformers(torch, transformers, d, hf)
+    _edit_config(d, n_ctx=40)  # a wrong n_ctx alone: the weights refuse it
+    _one_line_error(d, re.escape("tensor 'wpe.weight' has shape (80, 64); expected (40, 64)"))
+
+
+def test_n_inner_is_honoured_when_4_n_embd_and_refused_by_name_otherwise(torch, transformers,
+                                                                        tmp_path):  # fmt: skip
+    _, d = _saved(torch, transformers, tmp_path, n_inner=4 * SMALL["n_embd"])
+    assert json.loads((d / "config.json").read_text())["n_inner"] == 256
+    _same_logits_as_transformers(torch, transformers, d)  # the MLP transformers builds: 256
+    for inner in (255, 257, 128, 256.0, True, "256"):
+        _, d = _saved(torch, transformers, tmp_path, name=f"inner-{inner}")
+        _edit_config(d, n_inner=inner)
+        _one_line_error(d, re.escape(f"n_inner is {json.dumps(inner)}; resgrad's GPT-2 needs "
+                                     "null or the integer 4 * n_embd = 256"))  # fmt: skip
+
+
+# --------------------------------------------------------------------------- float fields
+
+
+@pytest.mark.parametrize("field", ["resid_pdrop", "embd_pdrop", "attn_pdrop",
+                                   "summary_first_dropout"])  # fmt: skip
+def test_a_dropout_field_is_a_probability_below_1(tmp_path, field):
+    d = _tiny_dir(tmp_path)
+    for ok in (0, 0.0, 0.1, float(np.nextafter(1.0, 0.0))):
+        _edit_config(d, **{field: ok})
+        load_hf(d)
+    for bad in (1, 1.0, float(np.nextafter(0.0, -1.0)), -0.1, "0.1", True, None, float("nan")):
+        _edit_config(d, **{field: bad})
+        _one_line_error(d, re.escape(f"{field} is {json.dumps(bad)}; expected a dropout "
+                                     "probability in [0, 1)"))  # fmt: skip
+
+
+def test_initializer_range_is_a_finite_number_at_least_0(tmp_path):
+    d = _tiny_dir(tmp_path)
+    for ok in (0, 0.02, 1e300):
+        _edit_config(d, initializer_range=ok)
+        load_hf(d)
+    for bad in (float(np.nextafter(0.0, -1.0)), float("inf"), "0.02", False, None):
+        _edit_config(d, initializer_range=bad)
+        _one_line_error(d, re.escape(f"initializer_range is {json.dumps(bad)}; expected a "
+                                     "finite number >= 0"))  # fmt: skip
+
+
+@pytest.mark.parametrize("eps", [1e308, 1.0, 0.5, 1e-39, 1e-300, float("nan"), float("inf")])
+def test_an_epsilon_no_gpt2_uses_is_refused(tmp_path, eps):
+    """1e308 was read, overflowed float32 and sampled garbage."""
+    d = _tiny_dir(tmp_path)
+    _edit_config(d, layer_norm_epsilon=eps)
+    _one_line_error(d, re.escape(f"layer_norm_epsilon is {json.dumps(eps)}; expected a "
+                                 "positive finite number from 1.17549e-38 to 0.1 "
+                                 "(LayerNorm's epsilon; GPT-2's is 1e-05)"))  # fmt: skip
+
+
+# --------------------------------------------------------------------------- export's fields
+
+
+def test_every_field_export_writes_is_the_models_as_transformers_reads_it(transformers, tmp_path):
+    """Each field from the model (dropout 0.25, not GPT-2's 0.1; its epsilon, activation and
+    sizes, each distinct), present in config.json itself (not a default that happens to
+    match), as transformers' GPT2Config reads it."""
+    cfg = GPTConfig(vocab_size=50, block_size=24, n_layer=3, n_head=2, n_embd=8, dropout=0.25,
+                    ln_eps=3e-4, activation="gelu-erf", bias=False)  # fmt: skip
+    export_hf(GPT(cfg, seed=0), tmp_path / "out")
+    written = json.loads((tmp_path / "out" / "config.json").read_text())
+    c = transformers.GPT2Config.from_pretrained(tmp_path / "out")
+    want = {
+        "vocab_size": cfg.vocab_size, "n_positions": cfg.block_size, "n_layer": cfg.n_layer,
+        "n_head": cfg.n_head, "n_embd": cfg.n_embd, "layer_norm_epsilon": cfg.ln_eps,
+        "activation_function": "gelu", "resid_pdrop": cfg.dropout, "embd_pdrop": cfg.dropout,
+        "attn_pdrop": cfg.dropout, "n_inner": None, "tie_word_embeddings": True,
+        "scale_attn_weights": True, "scale_attn_by_inverse_layer_idx": False,
+        "model_type": "gpt2",
+    }  # fmt: skip
+    for key, value in want.items():
+        assert key in written and written[key] == value, (key, written.get(key), value)
+        assert getattr(c, key) == value, (key, getattr(c, key), value)
+    assert c.architectures == ["GPT2LMHeadModel"]
+    assert c.bos_token_id is None and c.eos_token_id is None  # GPT-2's 50256 is out of V
+    back = load_hf(tmp_path / "out").cfg  # and resgrad reads the same shape back
+    assert (back.vocab_size, back.block_size, back.n_layer, back.n_head, back.n_embd,
+            back.ln_eps, back.activation) == (50, 24, 3, 2, 8, 3e-4, "gelu-erf")  # fmt: skip
+
+
+def test_export_refuses_an_epsilon_load_would_refuse(tmp_path):
+    from resgrad.formats.hf import EPS_MAX, EPS_MIN
+
+    for eps in (EPS_MIN, EPS_MAX):  # the bounds: exported and read back
+        cfg = GPTConfig(vocab_size=20, block_size=8, n_layer=1, n_head=2, n_embd=8, ln_eps=eps)
+        export_hf(GPT(cfg, seed=0), tmp_path / f"ok{eps}")
+        assert load_hf(tmp_path / f"ok{eps}").cfg.ln_eps == eps
+    for eps in (float(np.nextafter(EPS_MIN, 0)), float(np.nextafter(EPS_MAX, 1)), 0.5):
+        cfg = GPTConfig(vocab_size=20, block_size=8, n_layer=1, n_head=2, n_embd=8, ln_eps=eps)
+        with pytest.raises(ValueError) as e:
+            export_hf(GPT(cfg, seed=0), tmp_path / "bad")
+        assert str(e.value) == (f"cannot export ln_eps {eps!r} as GPT-2: its layer_norm_epsilon "
+                                "is read from 1.17549e-38 to 0.1")  # fmt: skip
+        assert not (tmp_path / "bad").exists()
 
 
 def test_a_config_too_large_for_its_weights_is_refused_before_anything_is_allocated(

@@ -113,3 +113,29 @@ def test_explicit_seeds_are_measured_and_named():
                      (0, "seeds must be a positive integer")):  # fmt: skip
         with pytest.raises(ValueError, match=msg):
             claim_table("update-size", depths=(2,), seeds=bad)
+
+
+@pytest.mark.parametrize(
+    "depths, message",
+    [((4, 4), r"depths must be distinct, got \(4, 4\)"), ((0,), "depths must hold positive"),
+     ((), "depths must list at least one value"), (4, "depths must be a sequence")],
+)  # fmt: skip
+def test_a_depth_given_twice_or_out_of_bounds_is_refused(depths, message):
+    """A depth given twice would be measured twice, into two equal rows of the table."""
+    with pytest.raises((ValueError, TypeError), match=message):
+        claim_table("scaled-init", depths=depths, seeds=1)
+
+
+def test_the_bounds_of_depths_and_seeds_just_inside():
+    (row, _) = claim_table("scaled-init", depths=(1,), seeds=(2**32 - 1,))
+    assert (row.depth, row.seeds) == (1, (2**32 - 1,))
+    with pytest.raises(ValueError, match=r"seed must be an integer in \[0, 2\*\*32\)"):
+        claim_table("scaled-init", depths=(1,), seeds=(2**32,))
+
+
+def test_the_table_of_three_seeds_by_hand():
+    """mean, std (ddof=1), min and max of 1, 2 and 6: each differs from its look-alikes
+    (the median 2, the population std 2.16, the seeds' first and last values)."""
+    r = ClaimRow("scaled-init", "scaled", 4, (2.0, 6.0, 1.0), (0, 1, 2))
+    assert r.mean == 3.0 and r.std == pytest.approx(7**0.5, rel=1e-15)
+    assert format_claims([r]).splitlines()[2] == "| scaled-init | scaled | 4 | 3 ± 2.6 | 1 .. 6 |"

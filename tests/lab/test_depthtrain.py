@@ -83,3 +83,20 @@ def test_the_recipe_and_the_summary_are_what_they_say(tmp_path, text_file):
     assert saved["variants"] == summary["variants"]
     with pytest.raises(ValueError, match="already holds a depth-train run"):
         depth_train(cfg, progress=False, log=lambda s: None)
+
+
+@pytest.mark.parametrize(
+    "kw, message",
+    [({"variants": ("none", "none")}, "variants must be distinct"),
+     ({"seed": 2**32}, "seed must be < 2\\*\\*32, got 4294967296"),
+     ({"eval_iters": 10_001}, "eval_iters must be at most 10000, got 10001"),
+     ({"max_iters": -1}, "max_iters must be an integer >= 0, got -1")],
+)  # fmt: skip
+def test_settings_just_outside_their_bounds_are_refused(kw, message):
+    with pytest.raises(ValueError, match=message):
+        DepthTrainConfig(**kw)
+
+
+def test_settings_at_their_bounds_are_accepted():
+    cfg = DepthTrainConfig(seed=2**32 - 1, eval_iters=10_000, max_iters=0)
+    assert [cfg.train_config(v).seed for v in cfg.variants] == [2**32 - 1] * 2

@@ -2,6 +2,7 @@
 cell an ordinary run directory."""
 
 import csv
+import dataclasses
 import json
 import math
 import os
@@ -16,6 +17,7 @@ from resgrad.formats.checkpoint import load_checkpoint
 from resgrad.lab import experiments as E
 from resgrad.lab.experiments import ExperimentConfig, run_experiment, summarize
 from resgrad.train.dynamics import read_dynamics
+from tests.listings import list_backwards
 
 TINY = dict(variants=("pre-ln", "post-ln"), depths=(2,), lrs=(1e-3,), warmups=(0, 5), seeds=2,
             n_embd=16, n_head=2, block_size=8, batch_size=4, max_iters=12, eval_interval=6,
@@ -85,7 +87,8 @@ def test_a_rerun_with_other_settings_is_refused_not_mixed_in(tmp_path, data):
     again = run_experiment(ExperimentConfig(name="depth", data=data, **small), out, jobs=1,
                            progress=False)  # fmt: skip
     assert again["summary"] == first["summary"]  # the same flags: the finished cells stand
-    for change, named in (({"n_embd": 32}, "n_embd is 32"), ({"max_iters": 18}, "lr_decay")):
+    for change, named in (({"n_embd": 32}, "n_embd is 32"), ({"max_iters": 18}, "max_iters is 18"),
+                          ({"eval_iters": 2}, "eval_iters is 2")):  # fmt: skip
         cfg = ExperimentConfig(name="depth", data=data, **{**small, **change})
         with pytest.raises(ValueError, match=f"other settings.*{named}.*another --out-dir"):
             run_experiment(cfg, out, jobs=1, progress=False)
@@ -270,3 +273,185 @@ def test_clipping_off_trains_on_the_raw_gradient(tmp_path, data):
     assert read_dynamics(one_cell.out_dir)["clipped"].any()
     assert (off["val_loss"], off["grad_block0"]) == (huge["val_loss"], huge["grad_block0"])
     assert off["val_loss"] != one["val_loss"]
+
+
+# -- statistics, ordering, bounds and the key of a finished cell, each from first principles
+
+
+def test_the_summary_of_three_seeds_by_hand():
+    """mean, std with ddof=1, min and max of 2, 6 and 1 (each differs from its look-alikes:
+    the median is 2, the population std 2.16, the first and last seeds' 2 and 1)."""
+    base = {"variant": "a", "n_layer": 1, "lr": 1.0, "warmup_iters": 0, "diverged": False}
+    rows = [{**base, "seed": s, "val_loss": v} for s, v in zip((0, 1, 2), (2.0, 6.0, 1.0))]
+    (s,) = summarize(rows)
+    assert s["val_mean"] == 3.0 and s["val_std"] == pytest.approx(7**0.5, rel=1e-15)
+    assert (s["val_min"], s["val_max"], s["seeds"], s["diverged"]) == (1.0, 6.0, 3, 0)
+    assert E.format_summary([s]).splitlines()[2] == "| a | 1 | 1 | 0 | 3.000 ± 2.646 | 0/3 |"
+    # groups in the order of the rows, one per setting but the seed
+    other = [{**r, "lr": 2.0} for r in rows[:2]]
+    assert [(g["lr"], g["seeds"]) for g in summarize([*other, *rows])] == [(2.0, 2), (1.0, 3)]
+
+
+def test_the_figure_draws_the_summary_and_the_mean_curve_over_seeds(tmp_path, monkeypatch):
+    """Left: each group's val_mean with val_std as its error bar; right: at each evaluation,
+    the mean over the seeds of their validation losses (three seeds by hand). The lrs are
+    given largest first; the error bars run along the lr axis, smallest first."""
+    cfg = ExperimentConfig(name="warmup", **{**TINY, "variants": ("pre-ln",), "warmups": (0,),
+                                             "seeds": 3, "lrs": (2e-3, 1e-3)})  # fmt: skip
+    out = str(tmp_path)
+    curves = {0: [(0, 4.0), (6, 1.0)], 1: [(0, 5.0), (6, 2.0)], 2: [(0, 9.0), (6, 6.0)]}
+    rows, names = [], {}
+    for name, c in cfg.cells(out):
+        os.makedirs(c.out_dir)
+        with open(os.path.join(c.out_dir, "metrics.jsonl"), "w") as f:
+            for it, v in curves[c.seed]:
+                v *= c.lr * 1e3  # the second lr's curves: twice the first's
+                f.write(json.dumps({"kind": "eval", "iter": it, "train_loss": v,
+                                    "val_loss": v}) + "\n")  # fmt: skip
+        rows.append({"variant": c.variant, "n_layer": c.n_layer, "lr": c.lr,
+                     "warmup_iters": c.warmup_iters, "seed": c.seed, "diverged": False,
+                     "val_loss": curves[c.seed][-1][1] * c.lr * 1e3})  # fmt: skip
+        names[json.dumps([c.variant, c.n_layer, c.lr, c.warmup_iters, c.seed])] = name
+    summary = summarize(rows)
+    figs = []
+    monkeypatch.setattr(E, "figure_bytes", lambda fig, fmt: figs.append(fig) or b"")
+    E.render_figure(cfg, rows, summary, out, names, entropy=1.5)
+    ax1, ax2 = figs[0].axes
+    (bars,) = ax1.containers
+    assert list(bars.lines[0].get_ydata()) == [3.0, 6.0]  # lr 1e-3, 2e-3: means of the seeds
+    spans = [seg[1][1] - seg[0][1] for seg in bars.lines[2][0].get_segments()]
+    assert spans == pytest.approx([2 * 7**0.5, 4 * 7**0.5])  # mean ± std: twice the std
+    assert list(bars.lines[0].get_xdata()) == [1e-3, 2e-3]
+    for line, scale in zip(ax2.get_lines(), (2, 1)):  # one per group, in the grid's order
+        assert list(line.get_xdata()) == [0, 6]
+        assert list(line.get_ydata()) == pytest.approx([6.0 * scale, 3.0 * scale])
+
+
+def test_cells_are_in_grid_order_whatever_order_they_finished_or_are_listed_in(
+    tmp_path, data, monkeypatch
+):
+    """Cells finish in any order (loky returns them unordered, the sidecar keeps the order
+    they finished in) and a directory may list its runs in any order: cells.csv and the
+    summary follow the grid (here its lrs, given largest first)."""
+    cfg = ExperimentConfig(name="depth", data=data, **{**TINY, "variants": ("pre-ln",),
+                           "warmups": (0,), "lrs": (3e-3, 1e-3), "seeds": 1, "max_iters": 3,
+                           "eval_interval": 3})  # fmt: skip
+    real = E.run_grid
+
+    def finished_backwards(*args, **kwargs):
+        grid = real(*args, **kwargs)
+        return dataclasses.replace(grid, done=dict(reversed(grid.done.items())))
+
+    monkeypatch.setattr(E, "run_grid", finished_backwards)
+    list_backwards(monkeypatch)
+    out = tmp_path / "exp"
+    got = run_experiment(cfg, str(out), jobs=1, progress=False)
+    assert [s["lr"] for s in got["summary"]] == [3e-3, 1e-3]
+    cells = list(csv.DictReader(open(out / "cells.csv")))
+    assert [c["lr"] for c in cells] == ["0.003", "0.001"]
+    for c in cells:  # each row is its own cell's
+        run = out / "runs" / f"pre-ln_L2_lr{float(c['lr']):g}_w0_s0"
+        evals = [json.loads(ln) for ln in open(run / "metrics.jsonl")]
+        assert float(c["val_loss"]) == [e for e in evals if e["kind"] == "eval"][-1]["val_loss"]
+
+
+def test_every_setting_of_a_cell_is_in_its_key():
+    """A finished cell's row is found by a key that changes with every setting of its run
+    but where it lives (out_dir, resume), and with the text it trains on."""
+    (_, cell), *_ = ExperimentConfig(name="warmup", **TINY).cells("out")
+    key = E.cell_key(cell, "a" * 64)
+    assert E.cell_key(cell, "b" * 64) != key
+    for f in dataclasses.fields(cell):
+        changed = dataclasses.replace(cell)
+        object.__setattr__(changed, f.name, "<another value>")
+        assert (E.cell_key(changed, "a" * 64) == key) == (f.name in ("out_dir", "resume")), f.name
+
+
+def test_a_finished_cell_of_other_settings_is_not_reused(tmp_path, data):
+    """A sidecar row of a cell evaluated over another number of batches (eval_iters, which a
+    plain resume may change) is not taken for this experiment's: the cell trains."""
+    small = {**TINY, "variants": ("pre-ln",), "warmups": (0,), "seeds": 1, "max_iters": 6,
+             "eval_interval": 3}  # fmt: skip
+    cfg = ExperimentConfig(name="depth", data=data, **small)
+    other = ExperimentConfig(name="depth", data=data, **{**small, "eval_iters": 2})
+    out = str(tmp_path / "exp")
+    os.makedirs(out)
+    sha = E.load_corpus(data, cfg.block_size).sha256
+    ((_, a),), ((_, b),) = cfg.cells(out), other.cells(out)
+    fake = {"variant": "pre-ln", "n_layer": 2, "lr": 1e-3, "warmup_iters": 0, "seed": 0,
+            "iters": 6, "train_loss": -1.0, "val_loss": -1.0, "best_val_loss": -1.0,
+            "diverged": False, "diverged_at": None, "seconds": 0.0, "grad_block0": 0.0,
+            "update_max": 0.0}  # fmt: skip
+    side = os.path.join(out, ".cells.csv.partial.jsonl")
+
+    def write_sidecar(key):
+        with open(side, "w") as f:
+            f.write('{"resgrad_sweep_partial": 1}\n' + json.dumps({"key": key, "rows": [fake]})
+                    + "\n")  # fmt: skip
+
+    write_sidecar(E.cell_key(a, sha))
+    res = run_experiment(other, out, jobs=1, progress=False)
+    assert res["summary"][0]["val_mean"] > 0  # trained, not the fake row
+    (row,) = csv.DictReader(open(os.path.join(out, "cells.csv")))
+    assert float(row["val_loss"]) > 0
+    write_sidecar(E.cell_key(b, sha))  # the same settings do reuse it
+    assert run_experiment(other, out, jobs=1, progress=False)["summary"][0]["val_mean"] == -1.0
+
+
+def test_a_rerun_on_another_text_at_the_same_path_is_refused(tmp_path, data):
+    small = {**TINY, "variants": ("pre-ln",), "warmups": (0,), "seeds": 1, "max_iters": 3,
+             "eval_interval": 3}  # fmt: skip
+    cfg = ExperimentConfig(name="depth", data=data, **small)
+    out = str(tmp_path / "exp")
+    run_experiment(cfg, out, jobs=1, progress=False)
+    with open(data, "a", encoding="utf-8") as f:
+        f.write("a fox again. " * 5)
+    with pytest.raises(ValueError, match="other settings.*differs from the text it was trained"):
+        run_experiment(cfg, out, jobs=1, progress=False)
+
+
+@pytest.mark.parametrize(
+    "kw, message",
+    [
+        ({"variants": ("pre-ln", "pre-ln")}, r"variants must be distinct, got \('pre-ln', 'pre-"),
+        ({"depths": (2, 2)}, r"depths must be distinct, got \(2, 2\)"),
+        ({"lrs": (1e-3, 1e-3)}, "lrs must be distinct"),
+        ({"lrs": (1e-3, 0.0010000001)}, "lrs must differ within 6 significant digits"),
+        ({"warmups": (0, 0)}, "warmups must be distinct"),
+        ({"seeds": (2**32,)}, r"seed must be an integer in \[0, 2\*\*32\), got 4294967296"),
+        ({"depths": (0,)}, "depths must hold numbers >= 1, got 0"),
+        ({"warmups": (-1,)}, "warmups must hold numbers >= 0, got -1"),
+        ({"warmups": (12,)}, "warm-up 12 must be shorter than max_iters 12"),
+        ({"lrs": (9e-13,)}, "lrs must hold numbers >= 1e-12"),
+        ({"lrs": (float("inf"),)}, "lrs must hold numbers"),
+        ({"eval_iters": 10_001}, "eval_iters must be at most 10000, got 10001"),
+    ],
+)  # fmt: skip
+def test_a_grid_value_given_twice_or_just_out_of_bounds_is_refused(kw, message):
+    with pytest.raises(ValueError, match=message):
+        ExperimentConfig(**{"name": "warmup", **TINY, **kw})
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [{"depths": (1,)}, {"warmups": (0,)}, {"warmups": (11,)}, {"lrs": (1e-12,)},
+     {"seeds": (2**32 - 1, 0)}, {"eval_iters": 10_000}, {"lrs": (1e-3, 0.001001)}],
+)  # fmt: skip
+def test_a_grid_value_just_inside_its_bounds_is_accepted(kw):
+    cfg = ExperimentConfig(**{"name": "warmup", **TINY, **kw})
+    assert cfg.n_cells == len(cfg.cells("out"))
+    assert len({name for name, _ in cfg.cells("out")}) == cfg.n_cells  # one directory each
+
+
+def test_the_cells_order_is_variant_depth_lr_warmup_seed_as_given():
+    """From first principles: the cells (and so cells.csv's rows) in the nested order of the
+    grid's axes, each axis in the order it was given (not sorted)."""
+    import itertools
+
+    cfg = ExperimentConfig(name="warmup", **{**TINY, "variants": ("post-ln", "pre-ln"),
+                           "depths": (3, 2), "lrs": (2e-3, 1e-3), "warmups": (5, 0),
+                           "seeds": (7, 1)})  # fmt: skip
+    want = list(itertools.product(("post-ln", "pre-ln"), (3, 2), (2e-3, 1e-3), (5, 0), (7, 1)))
+    cells = cfg.cells("out")
+    assert [(c.variant, c.n_layer, c.lr, c.warmup_iters, c.seed) for _, c in cells] == want
+    assert [n for n, _ in cells][:2] == ["post-ln_L3_lr0.002_w5_s7", "post-ln_L3_lr0.002_w5_s1"]

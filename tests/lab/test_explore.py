@@ -167,3 +167,24 @@ def test_the_title_claims_a_band_only_over_several_seeds():
     assert "mean over 1 seed(s)" in one and "band" not in one
     two = explore_figure("pre-ln", seeds=(0, 1), **SMALL).axes[0].get_title()
     assert "mean over 2 seed(s), band = min..max" in two
+
+
+def test_the_gain_and_seed_bounds_just_inside_and_just_outside():
+    explore_records("pre-ln", gain=0.0, seeds=(2**32 - 1,), **SMALL)
+    for kw, msg in (({"gain": -1e-300}, "gain must be a finite number >= 0"),
+                    ({"gain": float("inf")}, "gain must be a finite number >= 0"),
+                    ({"seeds": (2**32,)}, r"seed must be an integer in \[0, 2\*\*32")):  # fmt: skip
+        with pytest.raises(ValueError, match=msg):
+            explore_records("pre-ln", **{"seeds": (0,), **SMALL, **kw})
+
+
+def test_a_band_is_the_min_and_max_over_the_seeds():
+    """The lines and bands drawn are flow's records: mean, and min..max over the seeds."""
+    recs = explore_records("pre-ln", seeds=(0, 1, 2), **SMALL)
+    sg = sorted((r for r in recs if r.quantity == "stream_grad"), key=lambda r: r.layer)
+    one = [explore_records("pre-ln", seeds=(s,), **SMALL) for s in (0, 1, 2)]
+    per_seed = np.array([[r.mean for r in sorted((r for r in o if r.quantity == "stream_grad"),
+                                                 key=lambda r: r.layer)] for o in one])  # fmt: skip
+    np.testing.assert_allclose([r.mean for r in sg], per_seed.mean(0), rtol=1e-13)
+    np.testing.assert_array_equal([r.min for r in sg], per_seed.min(0))
+    np.testing.assert_array_equal([r.max for r in sg], per_seed.max(0))

@@ -345,3 +345,76 @@ def test_seed_tuple_takes_a_count_or_the_seeds():
             seed_tuple(bad)
     with pytest.raises(TypeError, match="seeds must be a sequence of integers"):
         seed_tuple("012")
+
+
+# -- statistics and bounds by hand ---------------------------------------------------------
+
+
+def _hand_profile(seed, grads):
+    """A Profile of a 2-block stack whose stream gradients are ``grads`` (3 values)."""
+    from resgrad.lab.flow import Profile
+
+    g = np.asarray(grads, dtype=np.float64)  # (L + 1,)
+    return Profile(seed=seed, stream_grad=g, stream_act=g * 10, param_grad={"": g[:2] / 10})
+
+
+def test_aggregate_by_hand_is_mean_population_std_min_max_over_seeds_per_layer():
+    """Three seeds (rows) of three layers (columns): each statistic is over the seeds, one
+    per layer; std is the population std (ddof=0), 0 for one seed."""
+    cfg = FlowConfig(variant="pre-ln", depth=2, width=8, heads=2, seeds=(5, 6, 7))
+    grads = [(1.0, 4.0, 2.0), (2.0, 4.0, 8.0), (6.0, 4.0, 5.0)]  # layer 1: the same everywhere
+    recs = aggregate(cfg, [_hand_profile(s, g) for s, g in zip(cfg.seeds, grads)])
+    sg = [r for r in recs if r.quantity == "stream_grad"]
+    assert [r.layer for r in sg] == [0, 1, 2] and all(r.n_seeds == 3 for r in sg)
+    assert [r.mean for r in sg] == [3.0, 4.0, 5.0]
+    # ((1-3)^2 + (2-3)^2 + (6-3)^2) / 3 = 14/3; layer 2: (9 + 9 + 0) / 3 = 6
+    assert [r.std for r in sg] == pytest.approx([(14 / 3) ** 0.5, 0.0, 6**0.5], rel=1e-15)
+    assert [(r.min, r.max) for r in sg] == [(1.0, 6.0), (4.0, 4.0), (2.0, 8.0)]
+    pg = [r for r in recs if r.quantity == "param_grad"]
+    assert [r.layer for r in pg] == [0, 1] and [r.mean for r in pg] == pytest.approx([0.3, 0.4])
+    (one,) = [r for r in aggregate(cfg, [_hand_profile(5, grads[0])]) if r.layer == 2
+              and r.quantity == "stream_grad"]  # fmt: skip
+    assert (one.mean, one.std, one.min, one.max, one.n_seeds) == (2.0, 0.0, 2.0, 2.0, 1)
+    lines = format_records(recs).splitlines()
+    assert lines[2].split("|")[2:6] == [f" {3.0:>11.4e} ", f" {(14 / 3) ** 0.5:>10.3e} ",
+                                        f" {1.0:>10.3e} ", f" {6.0:>10.3e} "]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "kwargs, ok",
+    [({"depth": 1}, True), ({"depth": 0}, False), ({"batch": 1}, True), ({"batch": 0}, False),
+     ({"seeds": (2**32 - 1,)}, True), ({"seeds": (2**32,)}, False), ({"seeds": (0,)}, True),
+     ({"seeds": (-1,)}, False), ({"vocab": 1}, True), ({"vocab": 0}, False)],
+)  # fmt: skip
+def test_each_bound_just_inside_and_just_outside(kwargs, ok):
+    name = next(iter(kwargs)).rstrip("s")
+    if ok:
+        FlowConfig(**{**SMALL, **kwargs})
+    else:
+        with pytest.raises(ValueError, match=name):
+            FlowConfig(**{**SMALL, **kwargs})
+
+
+def test_tokens_just_inside_and_just_outside_the_vocabulary():
+    cfg = FlowConfig(variant="pre-ln", **SMALL, vocab=7)
+    top = np.full((2, 5), 6)  # V - 1: the last token there is
+    profile(cfg, 0, tokens=top)
+    profile(cfg, 0, tokens=top * 0)
+    for bad in (top + 1, top * 0 - 1):
+        with pytest.raises(ValueError, match=r"tokens must be integers in \[0, 7\)"):
+            profile(cfg, 0, tokens=bad)
+    with pytest.raises(ValueError, match=r"seed must be an integer in \[0, 2\*\*32\)"):
+        profile(cfg, 2**32)
+    profile(cfg, 2**32 - 1)
+
+
+def test_positive_ints_refuses_a_value_twice_and_below_one():
+    from resgrad.lab.flow import positive_ints
+
+    assert positive_ints("depths", (1, 3)) == (1, 3) and positive_ints("d", [np.int64(2)]) == (2,)
+    for bad, msg in (((3, 1, 3), r"depths must be distinct, got \(3, 1, 3\)"),
+                     ((0,), "depths must hold positive integers, got 0"),
+                     ((True,), "depths must hold positive integers, got True"),
+                     ((), "depths must list at least one value")):  # fmt: skip
+        with pytest.raises(ValueError, match=msg):
+            positive_ints("depths", bad)

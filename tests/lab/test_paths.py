@@ -441,3 +441,162 @@ def test_a_split_too_long_to_finish_is_refused_before_it_starts(monkeypatch):
                                          r"expected at most 5 branches"):  # fmt: skip
         paths.split(chain)
     assert paths.split(paths.stack_chain(StackConfig(), 5)).vjps == 15
+
+
+# ----------------------------------------------------------------- the statistics, by hand
+
+
+def _hand_split(norms, dots=None):
+    """A split at one boundary with the given ||part_k|| (and <part_k, g>, ||g|| = 1)."""
+    norms = np.array([norms], dtype=float)  # (1, K)
+    dots = norms.copy() if dots is None else np.array([dots], dtype=float)
+    K = norms.shape[1]
+    return paths.PathSplit("hand", K - 1, tuple(range(K)), norms, dots, np.ones(1), np.zeros(1),
+                           {}, {}, {}, 0)  # fmt: skip
+
+
+def test_the_table_is_the_mean_and_the_population_std_of_three_hand_made_seeds():
+    """Three seeds with ||part_0||, ||part_1|| = (1, 3), (2, 2), (3, 1): shares of the norm
+    1/4, 1/2, 3/4 at k = 0, whose mean is 1/2 and whose std (ddof=0, as documented) is
+    sqrt(((1/4)^2 + 0 + (1/4)^2) / 3); the projections 0.1, 0.2, 0.6."""
+    splits = [_hand_split([1, 3], [0.1, 0.9]), _hand_split([2, 2], [0.2, 0.8]),
+              _hand_split([3, 1], [0.6, 0.4])]  # fmt: skip
+    r0, r1 = paths.path_table(splits)
+    assert (r0.k, r0.count, r1.k, r1.count) == (0, 1, 1, 1)
+    assert r0.share_norm == pytest.approx(0.5, rel=1e-15)
+    assert r0.share_norm_std == pytest.approx(math.sqrt(2 * 0.25**2 / 3), rel=1e-14)
+    assert r1.share_norm_std == pytest.approx(math.sqrt(2 * 0.25**2 / 3), rel=1e-14)
+    assert r0.norm == pytest.approx(2.0) and r0.norm_std == pytest.approx(math.sqrt(2 / 3))
+    assert r0.share_proj == pytest.approx(0.3)
+    assert r0.share_proj_std == pytest.approx(math.sqrt((0.2**2 + 0.1**2 + 0.3**2) / 3))
+    one = paths.path_table(splits[:1])[0]
+    assert (one.share_norm, one.share_norm_std, one.norm_std) == (0.25, 0.0, 0.0)
+
+
+def test_effective_range_ties_go_to_the_lowest_k_and_an_exact_mass_is_enough():
+    assert paths.effective_range([0.45, 0.1, 0.45], mass=0.5) == (0, 1)  # (1, 2) holds 0.55 too
+    assert paths.effective_range([0.3, 0.3, 0.3, 0.1], mass=0.6) == (0, 1)
+    assert paths.effective_range([0.1, 0.3, 0.3, 0.3], mass=0.6) == (1, 2)
+    # exactly the mass: the range ends there, not one k further
+    assert paths.effective_range([0.5, 0.4, 0.1]) == (0, 1)
+    assert paths.effective_range([0.1, 0.4, 0.5]) == (1, 2)
+    assert paths.effective_range([0.0, 0.0, 0.9, 0.1]) == (2, 2)
+    assert paths.effective_range([0.7, 0.2, 0.1]) == (0, 1)
+    assert paths.effective_range([0.2, 0.4, 0.3, 0.1]) == (0, 2)  # 0.2 + 0.4 + 0.3 < 0.9 in floats
+    assert paths.effective_range([0.05, 0.0, 0.9, 0.05], mass=1.0) == (0, 3)
+    # unnormalised shares: the mass is of their sum
+    assert paths.effective_range([5.0, 40.0, 50.0, 5.0]) == (1, 2)
+
+
+def test_paths_in_range_counts_both_ends():
+    rows = paths.path_table([_hand_split([1.0] * 5)])  # n = 4: 1, 4, 6, 4, 1 paths
+    assert [r.count for r in rows] == [1, 4, 6, 4, 1]
+    assert paths.paths_in_range(rows, (1, 3)) == 4 + 6 + 4
+    assert paths.paths_in_range(rows, (0, 0)) == 1
+    assert paths.paths_in_range(rows, (4, 4)) == 1
+    assert paths.paths_in_range(rows, (0, 4)) == 16
+    assert paths.paths_in_range(rows, (2, 3)) == 10
+
+
+def test_veit_sample_is_its_documented_protocol_recomputed_by_hand():
+    """Per k: ``default_rng([seed, k])`` draws ``samples`` sets of k distinct branches; the
+    mean and the std (ddof=0) of their paths' magnitudes at x_0."""
+    chain = paths.stack_chain(StackConfig(depths=(6,), scale=1.5))
+    est = paths.veit_sample(chain, 7, seed=3, ks=[2, 5])
+    assert est.ks == (2, 5) and est.samples == 7 and est.seed == 3
+    for j, k in enumerate((2, 5)):
+        rng = np.random.default_rng([3, k])
+        mags = [float(np.linalg.norm(paths.path_gradient(chain, rng.choice(6, k, replace=False))))
+                for _ in range(7)]  # fmt: skip
+        mean = sum(mags) / 7
+        assert len(set(mags)) > 1  # a spread, so that the std's ddof matters
+        assert est.mean[j] == pytest.approx(mean, rel=1e-13)
+        assert est.std[j] == pytest.approx(math.sqrt(sum((m - mean) ** 2 for m in mags) / 7),
+                                           rel=1e-12)  # fmt: skip
+
+
+def test_veit_sample_of_one_k_is_the_same_whatever_other_ks_are_asked_for():
+    chain = paths.stack_chain(StackConfig(depths=(6,), scale=1.5))
+    alone = paths.veit_sample(chain, 9, seed=4, ks=[2])
+    with5 = paths.veit_sample(chain, 9, seed=4, ks=[2, 5])
+    before = paths.veit_sample(chain, 9, seed=4, ks=[5, 2])
+    every = paths.veit_sample(chain, 9, seed=4)
+    assert alone.mean[0] == with5.mean[0] == before.mean[1] == every.mean[2]
+    assert alone.std[0] == with5.std[0] == before.std[1] == every.std[2]
+    assert with5.mean[1] == before.mean[0] == every.mean[5]
+    assert paths.veit_sample(chain, 9, seed=5, ks=[2]).mean[0] != alone.mean[0]  # seeded
+
+
+# ----------------------------------------------------------------- the cost, before the work
+
+
+def test_the_estimate_counts_exactly_the_vjps_the_work_does():
+    ticks = []
+    chain = paths.stack_chain(StackConfig(depths=(7,)))
+    sp = paths.split(chain, tick=ticks.append)
+    assert sum(ticks) == sp.vjps == paths.lesson_work(7, 16, 4, chains=1).vjps == 28
+    ticks.clear()
+    paths.veit_sample(chain, 3, seed=0, tick=ticks.append)
+    assert sum(ticks) == 3 * 28 == paths.lesson_work(7, 16, 4, 1, samples=3).vjps - 28
+    plain = paths.split(paths.stack_chain(StackConfig(depths=(7,)), residual=False))
+    assert plain.vjps == paths.lesson_work(7, 16, 4, 1, residual=False).vjps == 7
+    m = _model("pre-ln", n_layer=3)
+    ids = np.random.default_rng(0).integers(0, 13, size=100)
+    ticks.clear()
+    splits = paths.model_splits(m, ids, 6, 2, (0, 1), tick=ticks.append)
+    paths.model_veit(m, ids, 6, 2, (0, 1), 2, tick=ticks.append)
+    assert sum(ticks) == 2 * splits[0].vjps + 2 * 2 * 21 == paths.model_work(
+        m.cfg, 6, 2, chains=2, samples=2).vjps  # fmt: skip
+    none = _model("none", n_layer=3)
+    assert paths.model_splits(none, ids, 6, 2)[0].vjps == paths.model_work(none.cfg, 6, 2, 1).vjps
+
+
+def test_the_estimate_grows_with_every_count_that_multiplies_the_work():
+    cfg = GPTConfig(vocab_size=65, block_size=64, n_layer=4, n_head=4, n_embd=64)
+    base = paths.model_work(cfg, 64, 4, chains=3)
+    assert base.seconds > 0
+    for more in (paths.model_work(cfg, 64, 4, chains=6), paths.model_work(cfg, 64, 8, 3),
+                 paths.model_work(cfg, 32 * 2, 4, 3, samples=10)):  # fmt: skip
+        assert more.seconds > 1.9 * base.seconds
+    assert paths.model_work(cfg, 64, 4, 3, samples=10).vjps == 11 * base.vjps
+    wide = GPTConfig(vocab_size=65, block_size=64, n_layer=4, n_head=4, n_embd=256)
+    assert paths.model_work(wide, 64, 4, 3).seconds > 4 * base.seconds
+    assert paths.lesson_work(20, 16, 4, 1, samples=10**9).seconds > 86400  # days
+
+
+def test_require_time_refuses_over_the_budget_and_says_what_it_would_take():
+    w = paths.Work(vjps=1_234_567, seconds=7200.0)
+    paths.require_time(w, 7200.0, "this", "pass --budget {seconds}")  # at the budget: allowed
+    with pytest.raises(ValueError) as e:
+        paths.require_time(w, 600.0, "the lesson's stack", "pass --budget {seconds} to allow it")
+    msg = str(e.value)
+    assert msg == (
+        "the lesson's stack would take about 2.0 h (1,234,567 branch VJPs; an "
+        "estimate), more than the budget of 10.0 min; pass --budget 9000 to allow it"
+    )
+    assert [paths.format_seconds(t) for t in (5, 90, 7200, 3 * 86400)] == [
+        "5 s", "1.5 min", "2.0 h", "3.0 days"]  # fmt: skip
+
+
+def test_the_progress_bar_counts_the_vjps_and_shows_only_when_asked_or_long(monkeypatch):
+    import io
+
+    w = paths.Work(vjps=28, seconds=1.0)
+    err = io.StringIO()
+    monkeypatch.setattr("sys.stderr", err)
+    with paths.work_bar(w, progress=True) as bar:
+        paths.split(paths.stack_chain(StackConfig(depths=(7,))), tick=bar.update)
+        assert (bar.n, bar.total) == (28, 28)
+    assert "100%" in err.getvalue() and "paths (about 1 s)" in err.getvalue()
+    assert paths.work_bar(w).disable  # under PROGRESS_AFTER_S: never
+    assert paths.work_bar(w, progress=False).disable
+    long = paths.Work(vjps=28, seconds=paths.PROGRESS_AFTER_S + 1)
+    assert paths.work_bar(long).disable  # long, but stderr is no terminal
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    monkeypatch.setattr("sys.stderr", Tty())
+    assert not paths.work_bar(long).disable  # long, on a terminal
+    assert paths.work_bar(w).disable

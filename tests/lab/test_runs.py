@@ -160,3 +160,60 @@ def test_the_compare_profile_is_the_mean_of_the_last_steps(runs):
     profiles = fig.axes[2].get_lines()
     for d, line in zip(dyns, profiles):
         np.testing.assert_allclose(line.get_ydata(), d["grad"][-3:].mean(axis=0), rtol=1e-6)
+
+
+def test_the_compare_profile_by_hand_skips_non_finite_steps(runs):
+    """The profile is, per block, the mean over the last ``tail`` of the steps of the
+    finite values (an overflowed step is left out, not averaged in as inf); at least one
+    step, and ``tail=1`` is every step."""
+    import dataclasses
+
+    dyn = read_dynamics(runs[0])
+    recs = dyn.records.copy()
+    recs["grad"][-1, 1] = np.inf  # block 1's last step overflowed
+    recs["grad"][-2, 2] = np.nan
+    hand = dataclasses.replace(dyn, records=recs)
+    g = recs["grad"].astype(np.float64)  # (10, 3)
+    (line,) = compare_figure([hand], "grad", tail=0.3).axes[2].get_lines()
+    want = [g[-3:, 0].mean(), g[-3:-1, 1].mean(), g[[-3, -1], 2].mean()]
+    np.testing.assert_allclose(line.get_ydata(), want, rtol=1e-12)
+    (line,) = compare_figure([hand], "grad", tail=1).axes[2].get_lines()
+    np.testing.assert_allclose(line.get_ydata()[0], g[:, 0].mean(), rtol=1e-12)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # block 1 has no finite step left: a gap, not a warning
+        (line,) = compare_figure([hand], "grad", tail=0.01).axes[2].get_lines()  # 0.1 steps: 1
+    np.testing.assert_allclose(line.get_ydata()[[0, 2]], g[-1, [0, 2]], rtol=1e-12)
+    assert np.isnan(line.get_ydata()[1])
+
+
+@pytest.mark.parametrize("tail, ok", [(1, True), (1.0001, False), (0, False), (1e-9, True),
+                                      (float("nan"), False), (-0.1, False)])  # fmt: skip
+def test_the_tail_is_a_fraction_in_0_1(runs, tail, ok):
+    dyns = [read_dynamics(runs[0])]
+    if ok:
+        compare_figure(dyns, "grad", tail=tail)
+    else:
+        with pytest.raises(ValueError, match=r"tail must be a fraction of the steps in \(0, 1\]"):
+            compare_figure(dyns, "grad", tail=tail)
+
+
+@pytest.mark.parametrize("layers, ok", [((2,), True), ((3,), False), ((0,), True), ((-1,), False)])
+def test_layers_just_inside_and_just_outside_the_model(runs, layers, ok):
+    dyn = read_dynamics(runs[0])  # 3 blocks: 0..2
+    for draw in (lambda: dynamics_figure(dyn, ["grad"], layers),
+                 lambda: compare_figure([dyn], "grad", layers)):  # fmt: skip
+        if ok:
+            draw()
+        else:
+            with pytest.raises(ValueError, match=f"layer {layers[0]} does not exist"):
+                draw()
+
+
+def test_labels_do_not_depend_on_the_order_of_the_settings(runs):
+    """The differing settings are named in sorted order, whichever order a config lists them."""
+    a = {"variant": "a", "lr": 1, "n_layer": 2}
+    b = {"n_layer": 3, "lr": 1, "variant": "b"}
+    assert run_labels([a, b], ["x", "y"]) == ["n_layer=2, variant=a", "n_layer=3, variant=b"]
+    assert run_labels([dict(reversed(a.items())), b], ["x", "y"]) == run_labels([a, b], ["x", "y"])

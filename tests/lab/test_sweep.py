@@ -18,6 +18,7 @@ from resgrad.lab.sweep import (
     sweep_plot_spec,
 )
 from resgrad.plots import make_figure, plotted_series
+from tests.listings import list_backwards
 
 GRID = SweepConfig(
     variants=("pre-ln", "post-ln", "lesson-plain"),
@@ -287,6 +288,8 @@ def test_bad_arguments_fail_before_anything_is_written(tmp_path, kwargs, exc, ms
         ({"batch": 0}, "batch must be a positive integer"),
         ({"loss": "l2"}, "loss must be one of"),
         ({"depths": (2, 2)}, "depths must be distinct"),
+        ({"widths": (8, 16, 8)}, r"widths must be distinct, got \(8, 16, 8\)"),
+        ({"variants": ("pre-ln", "pre-ln")}, r"variants must be distinct, got \('pre-ln', "),
     ],
 )
 def test_bad_grid(kwargs, msg):
@@ -383,3 +386,207 @@ def test_explicit_seeds_are_the_grids_seeds(tmp_path):
         rows = [r for r in res.rows if r["seed"] == p.seeds[0]]
         assert [r["stream_grad"] for r in rows] == profile(p, p.seeds[0]).stream_grad.tolist()
     assert json.loads((tmp_path / "s.json").read_text()) == res.rows
+
+
+# -- statistics, ordering, bounds, cache keys and workers, each checked from first principles
+
+
+def _row(variant, width, depth, seed, grad):
+    """One layer-0 row as run_point writes it (only what the plot reads matters)."""
+    return {"variant": variant, "depth": depth, "width": width, "heads": 2, "seq": 4, "batch": 2,
+            "init": "gpt2", "loss": "lm", "seed": seed, "layer": 0, "stream_grad": grad,
+            "stream_act": 1.0, "param_grad": 1.0}  # fmt: skip
+
+
+def test_the_plot_is_the_mean_and_the_band_the_min_and_max_over_seeds_by_hand():
+    """Three seeds whose values differ in mean, median, min and max; depths listed deepest
+    first: the plot's x is the depths in increasing order, y the mean at each."""
+    rows = [_row("pre-ln", 8, 4, s, v) for s, v in zip((0, 1, 2), (1.0, 2.0, 6.0))]
+    rows += [_row("pre-ln", 8, 1, s, v) for s, v in zip((0, 1, 2), (10.0, 4.0, 1.0))]
+    rows += [{**_row("pre-ln", 8, 4, 0, 5.0), "layer": 1}]  # not layer 0: not in the plot
+    spec = sweep_plot_spec(rows)
+    (s,) = spec.series
+    assert s.label == "pre-ln" and list(s.x) == [1, 4]
+    assert list(s.y) == [5.0, 3.0]  # (10 + 4 + 1) / 3, (1 + 2 + 6) / 3
+    assert list(s.lo) == [1.0, 1.0] and list(s.hi) == [10.0, 6.0]
+    assert spec.notes == ("C=8, T=4, B=2, loss lm; mean over 3 seed(s), band = min..max",)
+    one = sweep_plot_spec([_row("post-ln", 8, 2, 7, 3.0), _row("post-ln", 16, 2, 7, 4.0)])
+    assert [(s.label, list(s.y), s.lo, s.hi) for s in one.series] == [
+        ("post-ln C=8", [3.0], None, None), ("post-ln C=16", [4.0], None, None)]  # fmt: skip
+    assert one.notes == ("C varies, T=4, B=2, loss lm; mean over 1 seed(s)",)
+
+
+def test_rows_are_in_grid_order_whatever_order_the_points_finished_in(tmp_path, monkeypatch):
+    """Points finish in any order (loky returns them unordered, a sidecar holds them in
+    the order they finished): the rows follow the grid, not the finishing order."""
+    whole = run_sweep(SMALL, tmp_path / "whole.csv", jobs=1, progress=False)
+    out = tmp_path / "s.csv"
+    points = SMALL.points()[::-1]  # the sidecar holds every point, the last first
+    write_sidecar(out, {point_key(p): run_point(p) for p in points})
+    res = run_sweep(SMALL, out, jobs=1, progress=False)
+    assert (res.resumed, res.computed) == (4, 0) and res.rows == whole.rows
+    assert out.read_text() == (tmp_path / "whole.csv").read_text()
+    real = sweep.run_grid
+
+    def finished_backwards(*args, **kwargs):
+        grid = real(*args, **kwargs)
+        return sweep.GridResult(dict(reversed(grid.done.items())), grid.computed, grid.resumed)
+
+    monkeypatch.setattr(sweep, "run_grid", finished_backwards)
+    assert run_sweep(SMALL, tmp_path / "b.csv", jobs=1, progress=False).rows == whole.rows
+
+
+def test_a_directory_listed_in_another_order_changes_nothing(tmp_path, monkeypatch):
+    """Whatever order the file system lists a directory in, the same files come out."""
+    (tmp_path / "a").mkdir()
+    want = run_sweep(SMALL, tmp_path / "a" / "s.csv", jobs=1, progress=False)
+    list_backwards(monkeypatch)
+    (tmp_path / "b").mkdir()
+    got = run_sweep(SMALL, tmp_path / "b" / "s.csv", jobs=1, progress=False)
+    assert got.rows == want.rows
+    assert (tmp_path / "b" / "s.csv").read_bytes() == (tmp_path / "a" / "s.csv").read_bytes()
+
+
+POINT = SweepConfig(variants=("pre-ln",), depths=(1,), widths=(8,), seeds=(0,), heads=2, seq=4,
+                    batch=2, init="gpt2", loss="lm", vocab=65)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [("variants", ("post-ln",)), ("depths", (2,)), ("widths", (16,)), ("seeds", (1,)),
+     ("heads", 4), ("seq", 5), ("batch", 3), ("init", "xavier"), ("loss", "randn"),
+     ("vocab", 66)],
+)  # fmt: skip
+def test_a_finished_point_is_reused_only_at_every_same_setting(tmp_path, field, value):
+    """Every setting that changes a point's rows is in its key: a sidecar point measured
+    with one setting changed (here: fake rows) is never taken for this sweep's."""
+    import dataclasses
+
+    other = dataclasses.replace(POINT, **{field: value})
+    (p,), (q,) = POINT.points(), other.points()
+    assert point_key(p) != point_key(q)
+    out = tmp_path / "s.csv"
+    write_sidecar(out, {point_key(p): [{**r, "stream_grad": -1.0} for r in run_point(p)]})
+    res = run_sweep(other, out, jobs=1, progress=False)
+    assert (res.resumed, res.computed) == (0, 1) and res.rows == run_point(q)
+    write_sidecar(out, {point_key(p): [{**r, "stream_grad": -1.0} for r in run_point(p)]})
+    same = run_sweep(POINT, out, jobs=1, progress=False)  # the same settings do reuse it
+    assert same.resumed == 1 and same.rows[0]["stream_grad"] == -1.0
+
+
+def test_the_grid_size_limit_is_exact():
+    """At most MAX_GRID points: exactly that many are accepted (as a count of seeds or as
+    the seeds themselves), one more is refused, either way."""
+    one = dict(variants=("lesson-plain",), depths=(1,), widths=(1,), batch=1)
+    assert len(SweepConfig(**one, seeds=sweep.MAX_GRID).seeds) == sweep.MAX_GRID
+    assert len(SweepConfig(**one, seeds=tuple(range(sweep.MAX_GRID))).seeds) == sweep.MAX_GRID
+    for seeds in (sweep.MAX_GRID + 1, tuple(range(sweep.MAX_GRID + 1))):
+        with pytest.raises(ValueError, match="this grid has 100,001 points"):
+            SweepConfig(**one, seeds=seeds)
+    two = {**one, "variants": ("lesson-plain", "lesson-residual")}
+    with pytest.raises(ValueError, match="this grid has 100,002 points"):
+        SweepConfig(**two, seeds=sweep.MAX_GRID // 2 + 1)
+
+
+@pytest.mark.parametrize(
+    "kwargs, ok",
+    [({"depths": (1,)}, True), ({"depths": (0,)}, False), ({"widths": (1,)}, True),
+     ({"widths": (0,)}, False), ({"seeds": (2**32 - 1,)}, True), ({"seeds": (2**32,)}, False),
+     ({"seeds": (0,)}, True), ({"seeds": (-1,)}, False), ({"seeds": 1}, True),
+     ({"seeds": 0}, False), ({"batch": 1}, True), ({"batch": 0}, False)],
+)  # fmt: skip
+def test_each_bound_of_the_grid_just_inside_and_just_outside(kwargs, ok):
+    cfg = {"variants": ("lesson-plain",), "depths": (2,), "widths": (4,), "seeds": 1,
+           "batch": 2, **kwargs}  # fmt: skip
+    if ok:
+        SweepConfig(**cfg)
+    else:
+        with pytest.raises(ValueError, match=f"{next(iter(kwargs)).rstrip('s')}"):
+            SweepConfig(**cfg)
+
+
+@pytest.mark.parametrize(
+    "kwargs, ok",
+    [({"jobs": 1}, True), ({"jobs": 0}, False), ({"connect_timeout": 1e-9}, True),
+     ({"connect_timeout": 0.0}, False), ({"connect_timeout": -1.0}, False)],
+)  # fmt: skip
+def test_the_backend_bounds_just_inside_and_just_outside(kwargs, ok):
+    args = {"jobs": 2, "backend": "loky", "scheduler": None, "connect_timeout": 5.0, **kwargs}
+    if ok:
+        assert sweep.check_backend(**args) == args["jobs"]
+    else:
+        with pytest.raises(ValueError, match=next(iter(kwargs))):
+            sweep.check_backend(**args)
+
+
+# the worker side of a local grid, in a process of its own: its parent forks it and dies
+# before its task begins ("before"), or while it runs ("during")
+_ORPHAN = r"""
+import os, sys, time
+from resgrad.lab import sweep
+marker, when = sys.argv[1], sys.argv[2]
+
+def job(seconds):
+    open(marker + ".started", "w").close()
+    time.sleep(seconds)
+    open(marker + ".done", "w").close()
+    return []
+
+parent = os.getpid()
+child = os.fork()
+if child:
+    print(child, flush=True)
+    if when == "during":
+        while not os.path.exists(marker + ".started"):
+            time.sleep(0.01)
+    os._exit(0)
+sys.stdout.close()
+if when == "before":
+    while os.getppid() == parent:  # orphaned: adopted by init or a subreaper
+        time.sleep(0.01)
+sweep._keyed(job, "key", 5.0, parent)
+open(marker + ".returned", "w").close()
+"""
+
+
+@pytest.mark.parametrize("when", ["before", "during"])
+def test_a_worker_whose_parent_died_exits_before_or_during_its_task(tmp_path, when):
+    """The watchdog of a local worker, in real processes: a worker whose parent (the process
+    running the grid) is gone exits at once, whether the parent died before its task began
+    (it never starts it) or while it runs (it stops within a fraction of a second)."""
+    import subprocess
+    import sys
+
+    import psutil
+
+    marker = str(tmp_path / "w")
+    src = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "src"))
+    p = subprocess.run([sys.executable, "-c", _ORPHAN, marker, when], capture_output=True,
+                       text=True, timeout=60, env={**os.environ, "PYTHONPATH": src})  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    t0 = time.monotonic()
+    try:
+        worker = psutil.Process(int(p.stdout.split()[0]))
+        while worker.is_running() and worker.status() != psutil.STATUS_ZOMBIE:
+            assert time.monotonic() - t0 < 3, f"the orphaned worker runs on ({when})"
+            time.sleep(0.02)
+    except psutil.NoSuchProcess:
+        pass
+    finally:
+        try:
+            psutil.Process(int(p.stdout.split()[0])).kill()  # a failing test leaves no orphan
+        except psutil.NoSuchProcess:
+            pass
+    assert os.path.exists(marker + ".started") == (when == "during")
+    assert not os.path.exists(marker + ".done") and not os.path.exists(marker + ".returned")
+
+
+def test_the_grid_order_is_variant_then_depth_then_width_then_seed():
+    """From first principles: the points (and so the rows) in the nested order the docs give,
+    each axis in the order it was given (not sorted)."""
+    import itertools
+
+    cfg = SweepConfig(variants=("post-ln", "lesson-plain", "pre-ln"), depths=(3, 1),
+                      widths=(16, 8), seeds=(5, 2), heads=2, seq=4, batch=2)  # fmt: skip
+    want = list(itertools.product(cfg.variants, (3, 1), (16, 8), (5, 2)))
+    assert [(p.variant, p.depth, p.width, p.seeds[0]) for p in cfg.points()] == want

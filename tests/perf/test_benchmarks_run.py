@@ -30,6 +30,7 @@ SMALLEST = {
     "bench_nanogpt_recipe.py": ([], ()),
     "bench_ops.py": (["--config", "cpu-recipe", "--steps", "1"], ("torch",)),
     "bench_paths.py": (["--small"], ()),
+    "bench_lesion.py": (["--small"], ("torch", "transformers")),
     "bench_sample.py": (["--config", "cpu-recipe", "--context", "8", "--repeat", "1"], ()),
     "bench_shards.py": (["--seconds", "0.01"], ()),
     "bench_train_recipe.py": (["--iters", "2", "--warmup", "1"], ()),

@@ -167,3 +167,30 @@ def test_a_directory_or_a_pipe_is_refused_as_not_a_regular_file(tmp_path):
         for f in (check_text_file, read_text, lambda p: load_corpus(p, block_size=8)):
             with pytest.raises(ValueError, match="not a regular file"):
                 f(p)
+
+
+def test_the_bounds_of_windows_ids_and_texts_just_inside_and_just_outside(tmp_path):
+    """A split of exactly T + 1 tokens holds one window (always the same one), T tokens
+    none; ids run 0..V-1; a text of exactly T + 1 characters passes the first length
+    check and min_length characters the second, one fewer fails each."""
+    x, y = get_batch(np.arange(9), block_size=8, batch_size=3, rng=np.random.default_rng(0))
+    assert x.tolist() == [list(range(8))] * 3 and y.tolist() == [list(range(1, 9))] * 3
+    with pytest.raises(ValueError, match="split of 8 tokens is shorter than block_size"):
+        get_batch(np.arange(8), block_size=8, batch_size=1, rng=np.random.default_rng(0))
+    tok = CharTokenizer("abc")
+    assert tok.decode([2, 0]) == "ca"
+    with pytest.raises(ValueError, match=r"token id 3 outside \[0, 3\)"):
+        tok.decode([0, 3])
+    p = tmp_path / "t.txt"
+    p.write_text("x" * 9, encoding="utf-8")  # T + 1: past the first check, not the second
+    with pytest.raises(ValueError, match="needs at least 81"):
+        load_corpus(p, block_size=8)
+    p.write_text("x" * 8, encoding="utf-8")
+    with pytest.raises(ValueError, match="shorter than block_size"):
+        load_corpus(p, block_size=8)
+    p.write_text("x" * 80, encoding="utf-8")
+    with pytest.raises(ValueError, match="has 80 characters; with block_size 8 it needs"):
+        load_corpus(p, block_size=8)
+    p.write_text("x" * 81, encoding="utf-8")
+    c = load_corpus(p, block_size=8)
+    assert (len(c.train), len(c.val)) == (72, 9)

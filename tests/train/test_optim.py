@@ -341,3 +341,84 @@ def test_fused_true_without_numba_is_refused(monkeypatch):
         AdamW(params, fused=True).step({"b": np.ones(3)})
     AdamW(params).step({"b": np.ones(3)})  # the default falls back to NumPy's passes
     assert (params["b"] < 1).all()
+
+
+def test_a_state_of_another_dtype_or_shape_is_refused_naming_its_key():
+    """A float32 model's state must be float32: float64 moments (or the model's shape
+    transposed) are refused by key, before anything of the optimizer changes."""
+    params = {k: v.astype(np.float32) for k, v in _params().items()}
+    opt = AdamW(params)
+    opt.step({k: np.ones_like(v) for k, v in params.items()})
+    good = opt.state_dict()
+    before = {k: v.copy() for k, v in good.items()}
+    for key, bad, said in (
+        ("m.wte", good["m.wte"].astype(np.float64), r"m.wte has shape \(7, 4\) float64, "
+                                                     r"expected \(7, 4\) float32"),
+        ("v.blocks.0.ln1.g", good["v.blocks.0.ln1.g"].astype(np.float16), "v.blocks.0.ln1.g"),
+        ("v.wte", good["v.wte"].T.copy(), r"v.wte has shape \(4, 7\) float32"),
+        ("m.blocks.0.alpha", np.zeros((), np.float32), r"m.blocks.0.alpha has shape \(\)"),
+    ):  # fmt: skip
+        fresh = AdamW(params)
+        with pytest.raises(ValueError, match=f"optimizer state {said}"):
+            fresh.load_state_dict({**good, key: bad})
+        assert fresh.step_count == 0 and not fresh.m["wte"].any()  # nothing was taken
+    fresh = AdamW(params)
+    fresh.load_state_dict(good)
+    assert fresh.step_count == 1
+    assert all(np.array_equal(fresh.m[k], before[f"m.{k}"]) for k in params)
+
+
+@pytest.mark.parametrize(
+    "step, ok",
+    [(np.array(0, np.int64), True), (np.array(-1, np.int64), False),
+     (np.array(2.5), False), (np.array([3], np.int64), False), (7, True)],
+)  # fmt: skip
+def test_the_step_count_is_one_integer_at_least_0(step, ok):
+    opt = AdamW(_params())
+    state = {**opt.state_dict(), "step": step}
+    if ok:
+        opt.load_state_dict(state)
+        assert opt.step_count == int(step)
+    else:
+        with pytest.raises(ValueError, match="optimizer state step is .*expected one integer >= 0"):
+            opt.load_state_dict(state)
+
+
+@pytest.mark.parametrize(
+    "kwargs, ok",
+    [({"lr": 0.0}, True), ({"lr": -1e-300}, False), ({"beta1": 0.0}, True),
+     ({"beta1": -1e-300}, False), ({"beta1": 0.9999999}, True), ({"beta1": 1.0}, False),
+     ({"beta2": 0.0}, True), ({"beta2": 1.0}, False), ({"eps": 1e-300}, True),
+     ({"eps": 0.0}, False), ({"weight_decay": 0.0}, True), ({"weight_decay": -1e-300}, False)],
+)  # fmt: skip
+def test_adamw_config_bounds_just_inside_and_just_outside(kwargs, ok):
+    if ok:
+        AdamWConfig(**kwargs)
+    else:
+        with pytest.raises(ValueError, match=next(iter(kwargs))):
+            AdamWConfig(**kwargs)
+
+
+@pytest.mark.parametrize(
+    "kwargs, ok",
+    [({"min_lr": 0.0, "lr": 1e-300}, True), ({"min_lr": 0.0, "lr": 0.0}, False),
+     ({"lr": 1e-3, "min_lr": 1e-3}, True), ({"lr": 1e-3, "min_lr": 1.0000001e-3}, False),
+     ({"min_lr": 0.0}, True), ({"min_lr": -1e-300}, False), ({"warmup_iters": 0}, True),
+     ({"warmup_iters": -1}, False), ({"warmup_iters": 9, "lr_decay_iters": 10}, True),
+     ({"warmup_iters": 10, "lr_decay_iters": 10}, False)],
+)  # fmt: skip
+def test_schedule_bounds_just_inside_and_just_outside(kwargs, ok):
+    if ok:
+        LRSchedule(**kwargs)
+    else:
+        with pytest.raises(ValueError, match=list(kwargs)[-1]):
+            LRSchedule(**kwargs)
+
+
+def test_the_schedule_at_the_ends_of_its_phases():
+    """The warm-up's last step is just below lr, its end exactly lr; the floor from just
+    after lr_decay_iters (at it, the cosine's end, within rounding)."""
+    s = LRSchedule(lr=1.0, min_lr=0.25, warmup_iters=3, lr_decay_iters=7)
+    assert [s(i) for i in range(3)] == [0.25, 0.5, 0.75]  # (it + 1) / (warmup + 1)
+    assert s(3) == 1.0 and s(7) == pytest.approx(0.25, abs=1e-15) and s(8) == 0.25
+    assert s(5) == pytest.approx(0.625)  # halfway down the cosine: (1 + 0.25) / 2

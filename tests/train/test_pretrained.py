@@ -18,6 +18,7 @@ from resgrad.formats.hf import export_hf, load_hf
 from resgrad.nn.model import GPT, GPTConfig
 from resgrad.train.bpe import train_bpe
 from resgrad.train.config import TrainConfig
+from resgrad.train.loop import train
 from resgrad.train.pretrained import load_pretrained, sample_pretrained
 from resgrad.train.sample import generate, load_model
 from resgrad.verify.selfcheck import randomize_params
@@ -85,7 +86,8 @@ def test_missing_config_is_exit_2(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
     _one_line_exit_2(
         capsys, ["sample", "--from-pretrained", str(tmp_path / "empty"), "--start", "a"],
-        "has no config.json",
+        "is a directory but not a model: it has no last.ckpt (a resgrad run directory's) and "
+        "no config.json (a Hugging Face GPT-2 directory's)",
     )  # fmt: skip
 
 
@@ -96,9 +98,12 @@ def test_a_missing_path_is_said_to_be_missing_not_fetched(tmp_path, capsys, monk
             capsys, ["sample", "--from-pretrained", missing, "--start", "a"],
             f"'{missing}' does not exist and is not a hub model name",
         )  # fmt: skip
-    (tmp_path / "last.ckpt").write_bytes(b"x")  # a file that is not a model: not 'missing'
+    (tmp_path / "notes.txt").write_bytes(b"x")  # a file that is not a model: not 'missing'
+    _one_line_exit_2(capsys, ["sample", "--from-pretrained", "notes.txt", "--start", "a"],
+                     "'notes.txt' is a file, not a model")  # fmt: skip
+    (tmp_path / "last.ckpt").write_bytes(b"x")  # a damaged checkpoint: said to be one
     _one_line_exit_2(capsys, ["sample", "--from-pretrained", "last.ckpt", "--start", "a"],
-                     "'last.ckpt' is a file, not a model")  # fmt: skip
+                     "checkpoint 'last.ckpt' is truncated")  # fmt: skip
 
 
 def test_flags_a_pretrained_model_would_ignore_are_refused(gpt2_dir, text_file, capsys):
@@ -107,7 +112,8 @@ def test_flags_a_pretrained_model_would_ignore_are_refused(gpt2_dir, text_file, 
     _one_line_exit_2(capsys, [*flow, "--variant", "none", "--loss", "ones"],
                      "--variant, --loss cannot be combined with --from-pretrained")  # fmt: skip
     _one_line_exit_2(capsys, ["sample", "--from-pretrained", gpt2_dir, "--best"],
-                     "--best cannot be combined with --from-pretrained")  # fmt: skip
+                     f"--best picks a run directory's best.ckpt; {gpt2_dir!r} is a Hugging Face "
+                     "GPT-2 directory")  # fmt: skip
     assert main([*flow, "--seq", "8", "--batch", "2", "--seeds", "1"]) == 0  # these apply
 
 
@@ -456,3 +462,17 @@ def test_flow_and_init_from_read_the_nanogpt_vocabulary(torch, nanogpt_run, tmp_
     assert ckpt_.config["model"]["activation"] == "gelu-erf"
     assert main(["train", "--out-dir", str(out), "--resume", "--max-iters", "4"]) == 0
     assert load_model(out)[0].cfg.activation == "gelu-erf"  # resumed with it, too
+
+
+def test_the_library_train_resolves_init_from_as_the_cli_does(text_file, tmp_path):
+    """train(cfg) alone asks resgrad.train.source what init_from is: a resgrad run
+    directory is refused by name, and nothing is written."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text("")  # a run killed before its first checkpoint
+    out = tmp_path / "ft"
+    cfg = TrainConfig(init_from=str(run), block_size=8, batch_size=2, data=text_file,
+                      out_dir=str(out), max_iters=1)  # fmt: skip
+    with pytest.raises(ValueError, match=f"^init_from {str(run)!r} is a resgrad run directory"):
+        train(cfg)
+    assert not out.exists()

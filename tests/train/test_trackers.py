@@ -49,6 +49,11 @@ def _train(tmp_path, name, text_file, log_to=TB, **kw):
     return cfg.out_dir
 
 
+def _tb(out):
+    """The run's own TensorBoard directory: RUN/tb/<the run directory's name>."""
+    return os.path.join(out, "tb", os.path.basename(os.path.abspath(out)))
+
+
 def _acc(logdir):
     acc = ea.EventAccumulator(str(logdir), size_guidance={ea.SCALARS: 0, ea.HISTOGRAMS: 0})
     acc.Reload()
@@ -85,7 +90,7 @@ def test_every_scalar_tensorboard_reads_is_the_runs_record_bit_for_bit(tmp_path,
     want = _expected_scalars(out)
     assert len(want) == 4 + 6 * 3 + 4 + 2 and want["train/loss"][0] == list(range(12))
     assert want["eval/val_loss"][0] == [0, 5, 10, 12]
-    _assert_scalars_equal(_acc(os.path.join(out, "tb")), want)
+    _assert_scalars_equal(_acc(_tb(out)), want)
 
 
 def test_histograms_are_the_weights_and_the_unclipped_gradients_at_their_step(tmp_path, text_file):
@@ -93,7 +98,7 @@ def test_histograms_are_the_weights_and_the_unclipped_gradients_at_their_step(tm
     iteration 5) and gradients/<k> its gradient on step 5's batch, recomputed here, before
     clipping (grad_clip is tiny, so every step clips)."""
     out = _train(tmp_path, "run", text_file, max_iters=7, keep_every=5, grad_clip=1e-3)
-    acc = _acc(os.path.join(out, "tb"))
+    acc = _acc(_tb(out))
     ckpt = load_checkpoint(os.path.join(out, "ckpt-5.ckpt"))
     names = list(ckpt.params)
     assert set(acc.Tags()["histograms"]) == {f"{p}/{k}" for p in ("weights", "gradients")
@@ -151,7 +156,7 @@ def test_resume_after_a_kill_has_every_step_once(tmp_path, text_file):
     themselves hold no step twice."""
     whole = _train(tmp_path, "whole", text_file, max_iters=20)
     half = _train(tmp_path, "half", text_file, max_iters=10)
-    tb = os.path.join(half, "tb")
+    tb = _tb(half)
     (path,) = [os.path.join(tb, n) for n in os.listdir(tb)]
     from tensorboardX.proto.event_pb2 import Event
     from tensorboardX.proto.summary_pb2 import Summary
@@ -166,19 +171,20 @@ def test_resume_after_a_kill_has_every_step_once(tmp_path, text_file):
     train(resume_config(half, max_iters=20), progress=False, log=lambda s: None, log_to=TB)
     want = _expected_scalars(whole)
     _assert_scalars_equal(_acc(tb), want)
-    _assert_scalars_equal(_acc(os.path.join(whole, "tb")), want)
+    _assert_scalars_equal(_acc(_tb(whole)), want)
     seen = [(v.tag, e.step) for e in read_events(tb) if e.HasField("summary")
             for v in e.summary.value if not v.tag.startswith("custom_scalars")]  # fmt: skip
     assert len(seen) == len(set(seen))  # no (tag, step) twice, purge or not
+    assert len(os.listdir(tb)) == 1  # the old file's events are in the new one
     starts = [e.step for e in read_events(tb) if e.HasField("session_log")]
-    assert starts == [10]  # a TensorBoard that read the killed run's steps drops them too
+    assert starts == [0]  # a TensorBoard that read the killed run's steps drops them all
     hist_steps = [e.step for e in _acc(tb).Histograms("weights/wte")]
     assert hist_steps == [0, 5, 10, 15]
 
 
 def test_tensorboard_files_are_fsynced_before_each_checkpoint(tmp_path, text_file, monkeypatch):
     def event_file(path):
-        tb = os.path.join(os.path.dirname(path), "tb")
+        tb = _tb(os.path.dirname(path))
         return [os.path.join(tb, n) for n in os.listdir(tb)]
 
     checks = synced_at_each_checkpoint(monkeypatch, event_file)
@@ -188,9 +194,9 @@ def test_tensorboard_files_are_fsynced_before_each_checkpoint(tmp_path, text_fil
 
 def test_export_writes_what_the_live_run_logged_and_the_same_bytes_twice(tmp_path, text_file):
     out = _train(tmp_path, "run", text_file, max_iters=12)
-    live, exported = _acc(os.path.join(out, "tb")), None
-    path, n_steps, n_evals = export_tensorboard(out, str(tmp_path / "exp"))
-    assert (n_steps, n_evals) == (12, 4)
+    live = _acc(_tb(out))
+    _, path, n_steps, n_evals, damage = export_tensorboard(out, str(tmp_path / "exp"))
+    assert (n_steps, n_evals, damage) == (12, 4, None) and path == str(tmp_path / "exp" / "run")
     exported = _acc(path)
     want = _expected_scalars(out)
     _assert_scalars_equal(live, want)
@@ -199,13 +205,13 @@ def test_export_writes_what_the_live_run_logged_and_the_same_bytes_twice(tmp_pat
     ms = [r["ms"] for r in read_metrics(out) if r["kind"] == "iter"]
     np.testing.assert_allclose(wall, np.concatenate([[0], np.cumsum(ms)[:-1]]) / 1e3, atol=1e-9)
     export_tensorboard(out, str(tmp_path / "exp2"))
-    a, b = (sorted(os.listdir(tmp_path / d)) for d in ("exp", "exp2"))
-    assert a == b and all((tmp_path / "exp" / n).read_bytes() == (tmp_path / "exp2" / n)
-                          .read_bytes() for n in a)  # fmt: skip
+    a, b = (sorted(os.listdir(tmp_path / d / "run")) for d in ("exp", "exp2"))
+    assert a == b and all((tmp_path / "exp" / "run" / n).read_bytes() == (tmp_path / "exp2" / "run"
+                          / n).read_bytes() for n in a)  # fmt: skip
     with pytest.raises(ValueError, match="already holds files.*--force"):
-        export_tensorboard(out, path)
-    export_tensorboard(out, path, force=True)
-    assert len(os.listdir(path)) == 1
+        export_tensorboard(out, str(tmp_path / "exp"))
+    export_tensorboard(out, str(tmp_path / "exp"), force=True)
+    assert os.listdir(tmp_path / "exp") == ["run"] and len(os.listdir(path)) == 1
 
 
 def test_each_experiment_cell_is_a_run_named_after_it(tmp_path, text_file):
@@ -256,14 +262,30 @@ def test_log_config_refuses_what_no_tracker_takes():
 @pytest.mark.parametrize("kind, extra", [("wandb", "wandb"), ("trackio", "trackio"),
                                          ("tensorboard", "tensorboard")])  # fmt: skip
 def test_a_missing_tracker_is_one_line_naming_its_extra(monkeypatch, kind, extra):
-    import importlib.util
-
-    real = importlib.util.find_spec
     module = trackers.EXTRAS[kind][0]
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: None if name == module else real(name, *a))  # fmt: skip
-    with pytest.raises(ValueError, match=rf"--log-to {kind} needs .*resgrad\[{extra}\]"):
+    monkeypatch.setitem(sys.modules, module, None)  # import of it: ModuleNotFoundError
+    with pytest.raises(ValueError, match=rf"^--log-to {kind} needs {module}, which is not "
+                       rf'installed; pip install "resgrad\[{extra}\]"$'):  # fmt: skip
         trackers.require((kind,))
+
+
+@pytest.mark.parametrize("kind", ["wandb", "trackio", "tensorboard"])
+def test_a_tracker_that_fails_to_import_is_named_with_its_error_not_missing(
+    tmp_path, monkeypatch, kind
+):
+    """An installed module whose own import fails (a protobuf clash, simulated by a module
+    of that name first on sys.path) is one line quoting the error, never "not installed"."""
+    module = trackers.EXTRAS[kind][0]
+    (tmp_path / f"{module}.py").write_text(
+        "raise ImportError(\"cannot import name 'builder' from 'google.protobuf.internal'\")\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, module, raising=False)
+    with pytest.raises(ValueError) as e:
+        trackers.require((kind,))
+    assert str(e.value) == (f"--log-to {kind} needs {module}, which is installed but fails to "
+                            "import: ImportError: cannot import name 'builder' from "
+                            "'google.protobuf.internal'")  # fmt: skip
 
 
 def test_a_run_refused_at_its_first_evaluation_leaves_no_tensorboard_files(
@@ -279,6 +301,10 @@ def test_a_run_refused_at_its_first_evaluation_leaves_no_tensorboard_files(
     with pytest.raises(ValueError, match="refused"):
         _train(tmp_path, "run", text_file, max_iters=4)
     assert "tb" not in os.listdir(tmp_path / "run")
+    (tmp_path / "run" / "tb").mkdir()  # the user's too: it stays, and the run's own goes
+    with pytest.raises(ValueError, match="refused"):
+        _train(tmp_path, "run", text_file, max_iters=4)
+    assert os.listdir(tmp_path / "run" / "tb") == []
 
 
 # --------------------------------------------------------------------------- wandb, offline
@@ -390,13 +416,22 @@ def test_a_resumed_wandb_run_continues_the_same_run_id(tmp_path, text_file, monk
 def test_a_fresh_run_refuses_a_log_dir_holding_another_runs_events(tmp_path, text_file):
     other = _train(tmp_path, "other", text_file, max_iters=2)
     logdir = os.path.join(other, "tb")
-    before = {n: open(os.path.join(logdir, n), "rb").read() for n in os.listdir(logdir)}
-    log_to = LogConfig(to=("tensorboard",), dir=logdir)
+    before = {n: open(os.path.join(_tb(other), n), "rb").read() for n in os.listdir(_tb(other))}
+    log_to = LogConfig(to=("tensorboard",), dir=logdir, name="other")  # the other's run name
     with pytest.raises(ValueError, match="already holds TensorBoard event files.*--log-dir"):
         _train(tmp_path, "run", text_file, log_to=log_to, max_iters=2)
-    after = {n: open(os.path.join(logdir, n), "rb").read() for n in os.listdir(logdir)}
+    after = {n: open(os.path.join(_tb(other), n), "rb").read() for n in os.listdir(_tb(other))}
     assert after == before  # the other run's events, untouched
     assert not os.path.exists(tmp_path / "run" / "last.ckpt")
+    # under its own name, the run sits beside the other in the same log directory
+    _train(tmp_path, "run", text_file, log_to=LogConfig(to=("tensorboard",), dir=logdir),
+           max_iters=2)  # fmt: skip
+    mux = event_multiplexer.EventMultiplexer(size_guidance={ea.SCALARS: 0})
+    mux.AddRunsFromDirectory(logdir)
+    mux.Reload()
+    assert sorted(mux.Runs()) == ["other", "run"]
+    assert [e.value for e in mux.Scalars("run", "train/loss")] == read_dynamics(
+        tmp_path / "run")["loss"].tolist()  # fmt: skip
 
 
 def test_a_fresh_run_clears_its_own_tensorboard_debris(tmp_path, text_file):
@@ -405,12 +440,12 @@ def test_a_fresh_run_clears_its_own_tensorboard_debris(tmp_path, text_file):
     out = tmp_path / "run"
     from resgrad.formats.events import EventFile
 
-    with EventFile(out / "tb") as f:  # the killed run's
+    with EventFile(out / "tb" / "run") as f:  # the killed run's
         f.write(_scalar_event_for_test(0, 99.0))
     _train(tmp_path, "run", text_file, max_iters=3)
-    acc = _acc(out / "tb")
+    acc = _acc(_tb(out))
     assert [e.value for e in acc.Scalars("train/loss")] == read_dynamics(out)["loss"].tolist()
-    assert len(os.listdir(out / "tb")) == 1
+    assert len(os.listdir(_tb(out))) == 1
 
 
 def _scalar_event_for_test(step, value):
@@ -434,11 +469,12 @@ def test_an_experiment_cell_killed_before_its_checkpoint_runs_again(tmp_path, te
     out = str(tmp_path / "exp")
     ((name, cell),) = cfg.cells(out)
     log_to = TB.cell(name, out, "test")
-    with EventFile(log_to.dir) as f:  # the killed attempt's
+    assert log_to.tensorboard_run(cell.out_dir) == os.path.join(out, "tb", name)
+    with EventFile(log_to.tensorboard_run(cell.out_dir)) as f:  # the killed attempt's
         f.write(_scalar_event_for_test(0, 99.0))
     (row,) = run_cell(cell, log_to)
     assert row["iters"] == 3 and not row["diverged"]
-    losses = [e.value for e in _acc(log_to.dir).Scalars("train/loss")]
+    losses = [e.value for e in _acc(log_to.tensorboard_run(cell.out_dir)).Scalars("train/loss")]
     assert losses == read_dynamics(cell.out_dir)["loss"].tolist()
 
 

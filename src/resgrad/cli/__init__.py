@@ -19,6 +19,7 @@ import contextlib
 import os
 import sys
 
+import resgrad
 from resgrad.cli import (
     _common,
     bench_cmds,
@@ -26,6 +27,7 @@ from resgrad.cli import (
     export_cmds,
     flow_cmds,
     lab_cmds,
+    lesion_cmds,
     lesson_cmds,
     paths_cmds,
     train_cmds,
@@ -39,6 +41,7 @@ COMMAND_MODULES = [
     check_cmds,
     flow_cmds,
     paths_cmds,
+    lesion_cmds,
     train_cmds,
     export_cmds,
     lab_cmds,
@@ -50,7 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _common.Parser(
         prog="resgrad",
         description="Residual connections and gradient flow, built and proven in NumPy.",
+        epilog="`resgrad COMMAND --help` describes a command and its flags.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {resgrad.__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_common.Parser)
     sub.required = True
     for module in COMMAND_MODULES:
@@ -90,8 +95,15 @@ def _refuse_empty(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
             command.error(f"argument {name}: expected a value, got ''")
 
 
+NO_COMMAND = "no command given; `resgrad --help` lists the commands"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    if not (sys.argv[1:] if argv is None else argv):  # `resgrad` alone: usage and a pointer
+        parser.print_usage(sys.stderr)
+        print(f"{parser.prog}: error: {NO_COMMAND}", file=sys.stderr)
+        return 2
     args = parser.parse_args(argv)
     args.argv = [str(a) for a in (sys.argv[1:] if argv is None else argv)]  # typed, not default
     _refuse_empty(parser, args)

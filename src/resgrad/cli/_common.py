@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from resgrad.formats.records import to_csv, to_json
-from resgrad.train.trackers import LOG_TO, LogConfig, require
+from resgrad.train.trackers import LOG_TO, LogConfig, check_log_dir, require
 
 
 class Parser(argparse.ArgumentParser):
@@ -219,7 +219,8 @@ def add_log_to(p: argparse.ArgumentParser, what: str = "the run") -> None:
     p.add_argument(
         "--log-dir",
         default=None,
-        help="TensorBoard's log directory (default: tb/ in the output directory)",
+        help="TensorBoard's log directory, the run in a subdirectory named after it, so that "
+        "runs logged to one --log-dir sit side by side (default: tb/ in the output directory)",
     )
     p.add_argument(
         "--hist-every",
@@ -230,8 +231,8 @@ def add_log_to(p: argparse.ArgumentParser, what: str = "the run") -> None:
     p.add_argument(
         "--project", default=d.project, help=f"wandb/trackio project (default: {d.project})"
     )
-    p.add_argument("--run-name", default=None, help="wandb/trackio run name (default: the "
-                   "output directory's name)")  # fmt: skip
+    p.add_argument("--run-name", default=None, help="the run's name in TensorBoard, wandb and "
+                   "trackio (default: the output directory's name)")  # fmt: skip
 
 
 def log_config(args: argparse.Namespace) -> LogConfig:
@@ -239,9 +240,16 @@ def log_config(args: argparse.Namespace) -> LogConfig:
     clash = typed(args.argv, LOG_FLAGS)
     if clash and not args.log_to:  # it would be ignored without a word
         raise ValueError(f"{', '.join(clash)} sets how a dashboard logs; it needs --log-to")
+    to = f"--log-to {','.join(args.log_to)}"
+    if "tensorboard" not in args.log_to:
+        refuse_with(args.argv, ("--log-dir",), to, "it is TensorBoard's log directory")
+    if not {"wandb", "trackio"} & set(args.log_to):
+        refuse_with(args.argv, ("--project",), to, "it is a wandb or trackio project")
     log = LogConfig(to=args.log_to, dir=args.log_dir, hist_every=args.hist_every,
                     name=args.run_name, project=args.project)  # fmt: skip
     require(log.to)  # a missing extra is said before anything runs
+    if log.dir is not None:
+        check_log_dir(log.dir)  # a file, or nowhere to write, is said before anything runs
     return log
 
 

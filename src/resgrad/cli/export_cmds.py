@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 
 FORMATS = ("hf",)
 
@@ -14,7 +15,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Write the checkpoint of a resgrad run (pre-ln only: GPT-2's config cannot "
         "express another residual scheme) as config.json and model.safetensors in --out-dir, "
         "which transformers.GPT2LMHeadModel.from_pretrained loads, with the run's tokenizer "
-        "(its BPE, or its characters) as tokenizer.json beside them.",
+        "(its BPE, or its characters) as tokenizer.json and tokenizer_config.json beside "
+        "them, which transformers.AutoTokenizer.from_pretrained reads.",
     )
     p.add_argument("--format", choices=FORMATS, default="hf", help="default: hf")
     p.add_argument(
@@ -37,7 +39,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def cmd_export(args: argparse.Namespace) -> int:
     from resgrad.train.pretrained import export_checkpoint
 
-    beside = export_checkpoint(args.checkpoint, args.out_dir, best=args.best, force=args.force)
-    extra = f", {beside}" if beside else ""
-    print(f"wrote {args.out_dir}: config.json, model.safetensors{extra}")
+    export_checkpoint(args.checkpoint, args.out_dir, best=args.best, force=args.force)
+    # the directory is written whole (staged, then renamed): what is in it is what was written
+    print(f"wrote {args.out_dir}: {', '.join(sorted(os.listdir(args.out_dir)))}")
     return 0

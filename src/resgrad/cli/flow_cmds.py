@@ -14,7 +14,7 @@ from resgrad.lab import flow
 from resgrad.lab.lesson import StackConfig
 from resgrad.nn import blocks
 from resgrad.perf import memory
-from resgrad.plots import plot_format, save_plot
+from resgrad.plots import check_plot_path, save_plot
 
 FORMATS = ("table", "json", "csv")
 
@@ -168,7 +168,7 @@ def _flow_config(args: argparse.Namespace, variant: str) -> flow.FlowConfig:
 
 def cmd_flow(args: argparse.Namespace) -> int:
     if args.plot:
-        plot_format(args.plot)  # a bad extension fails before any work
+        check_plot_path(args.plot)  # a bad extension or destination fails before any work
     if args.from_pretrained is not None:
         records = _pretrained_records(args)
     elif args.text is not None:
@@ -200,6 +200,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     # imported here: joblib and tqdm only load for the command that needs them
     from resgrad.lab.sweep import SweepConfig, run_sweep
 
+    if args.plot:
+        check_plot_path(args.plot)  # a bad extension or destination fails before any work
     cfg = SweepConfig(
         variants=args.variants, depths=args.depths, widths=args.widths, seeds=args.seeds,
         heads=args.heads, seq=args.seq, batch=args.batch, init=args.init, loss=args.loss,
@@ -258,7 +260,7 @@ def render_per_layer(cfg: StackConfig, fmt: str = "table", ratio: bool = False) 
 def _pretrained_records(args: argparse.Namespace) -> list:
     from resgrad.lab.realflow import measure_model
     from resgrad.train.data import read_text
-    from resgrad.train.pretrained import load_pretrained
+    from resgrad.train.source import MODELS, encode_text, load_source, resolve_source
 
     _common.refuse_with(
         args.argv, ("--variant", "--depth", "--width", "--heads", "--init", "--loss"),
@@ -267,6 +269,8 @@ def _pretrained_records(args: argparse.Namespace) -> list:
     )  # fmt: skip
     if args.text is None:
         raise ValueError("--from-pretrained needs --text FILE, the text to run the model on")
+    src = resolve_source(args.from_pretrained, meta=args.meta, kinds=MODELS,
+                         flag="--from-pretrained")  # fmt: skip
     text = read_text(args.text)
 
     def fits(m) -> None:  # the model's shape, from its config.json: before it is read
@@ -274,9 +278,9 @@ def _pretrained_records(args: argparse.Namespace) -> list:
                        f"this model (L={m.n_layer} C={m.n_embd} V={m.vocab_size}) on "
                        f"{args.batch} windows of {args.seq} tokens")  # fmt: skip
 
-    model, tok = load_pretrained(args.from_pretrained, meta=args.meta, fits=fits)
+    model, tok = load_source(src, fits=fits)
     name = os.path.basename(os.path.normpath(args.from_pretrained))
     return measure_model(
-        model, tok.encode(text), seq=args.seq, batch=args.batch, seeds=args.seeds,
-        name=name,
+        model, encode_text(tok, text, args.text), seq=args.seq, batch=args.batch,
+        seeds=args.seeds, name=name,
     )  # fmt: skip

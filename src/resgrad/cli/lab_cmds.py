@@ -45,10 +45,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         nargs="+",
         metavar=("tensorboard", "DIR"),
         default=None,
-        help="instead of drawing, write the run's records as TensorBoard event files in DIR "
-        "(default: RUN_DIR/tb); an experiment's directory: one run per cell in DIR/<cell>",
+        help="instead of drawing, write the run's records as TensorBoard event files in "
+        "DIR/<run name> (default DIR: RUN_DIR/tb), DIR written whole; an experiment's directory: "
+        "one run per cell in DIR/<cell>",
     )
-    p.add_argument("--force", action="store_true", help="--export: replace a non-empty DIR")
+    p.add_argument("--force", action="store_true", help="--export: replace a DIR that holds "
+                   "only event files (an earlier export, a run's logs); never one that holds "
+                   "anything else, RUN_DIR among it")  # fmt: skip
     p.set_defaults(func=cmd_dynamics)
 
     p = sub.add_parser(
@@ -107,8 +110,10 @@ def _export(args: argparse.Namespace) -> int:
         os.path.join(args.run_dir, DYNAMICS_HEADER)) else []  # fmt: skip
     done = export_many(cells, logdir, force=args.force) if cells else [
         export_tensorboard(args.run_dir, logdir, force=args.force)]  # fmt: skip
-    for path, n_steps, n_evals in done:
-        print(f"{n_steps} steps and {n_evals} evaluations written to {path}")
+    for e in done:
+        if e.damage:  # the records before the damage were written, as a drawing says
+            print(f"resgrad dynamics: {e.run_dir}: {e.damage}", file=sys.stderr)
+        print(f"{e.steps} steps and {e.evals} evaluations written to {e.path}")
     print(f"TensorBoard: tensorboard --logdir {logdir}")
     return 0
 
@@ -164,8 +169,8 @@ def register_experiment(sub: argparse._SubParsersAction) -> None:
                    "(default: out-experiment-NAME)")  # fmt: skip
     for flag, typ, help_ in EXPERIMENT_FLAGS:
         kw = {"choices": INITS} if flag == "--init" else {}
-        p.add_argument(flag, type=typ or str, default=None,
-                       help=help_ + " (default: the experiment's)", **kw)  # fmt: skip
+        shown = "" if "(default:" in help_ else " (default: the experiment's)"
+        p.add_argument(flag, type=typ or str, default=None, help=help_ + shown, **kw)
     p.add_argument("--jobs", type=_common.positive_int, default=None,
                    help="local worker processes (default: every core)")  # fmt: skip
     p.add_argument("--backend", choices=BACKENDS, default="loky",

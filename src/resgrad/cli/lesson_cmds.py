@@ -14,6 +14,7 @@ from resgrad.lab.lesson import (
     lesson_gradcheck,
 )
 from resgrad.perf import memory
+from resgrad.plots import check_plot_path
 
 FORMATS = ("table", "json", "csv")
 
@@ -122,6 +123,8 @@ def render_depth(cfg: StackConfig, fmt: str = "table", ratio: bool = False) -> s
 
 
 def cmd_depth(args: argparse.Namespace) -> int:
+    if args.plot:
+        check_plot_path(args.plot)  # a bad extension or destination fails before any work
     cfg = StackConfig(
         depths=args.depths, scale=args.scale, width=args.width, batch=args.batch, seed=args.seed
     )

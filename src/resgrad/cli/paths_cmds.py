@@ -13,7 +13,7 @@ from resgrad.formats.records import to_csv
 from resgrad.lab import paths
 from resgrad.lab.lesson import StackConfig
 from resgrad.perf import memory
-from resgrad.plots import plot_format
+from resgrad.plots import check_plot_path
 
 FORMATS = ("table", "json", "csv")
 MODEL_SEEDS = (0, 1, 2)  # a model's default --seeds: mean ± std over 3 batches
@@ -77,6 +77,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         "directories: the mean and std over them at every step they all kept",
     )
     p.add_argument("--format", choices=FORMATS, default="table", help="output format")
+    p.add_argument(
+        "--budget",
+        type=_common.positive_float,
+        default=paths.TIME_BUDGET_S,
+        metavar="SECONDS",
+        help="refuse, before it starts, work estimated to take longer than this (default: "
+        f"{paths.TIME_BUDGET_S:.0f}); the refusal says how long it would take and the budget "
+        "to give it. Work estimated over a few seconds shows a progress bar on a terminal",
+    )
     _common.add_threads(p)
     p.set_defaults(func=cmd_paths)
 
@@ -84,30 +93,48 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _splits(args: argparse.Namespace) -> tuple[list, list, str]:
     """(splits, Veit's estimates (--veit) or None, a one-line description of what was
     measured)."""
-    if args.source == "lesson":
-        _common.refuse_with(args.argv, ("--text", "--meta", "--best", "--seq", "--batch"),
+    from resgrad.train.source import ALL, encode_text, load_source, names_lesson, resolve_source
+
+    if names_lesson(args.source):
+        _common.refuse_with(args.argv, ("--text", "--seq", "--batch"),
                             "lesson", "the lesson's stack has its own input")  # fmt: skip
+    else:
+        _common.refuse_with(args.argv, ("--depth", "--plain"), "a model",
+                            "they shape the lesson's stack")  # fmt: skip
+    # the one resolver names the kind, and refuses --best and --meta where they mean nothing
+    src = resolve_source(args.source, best=args.best, meta=args.meta, kinds=ALL)
+    if src.kind == "lesson":
         seeds = args.seeds or LESSON_SEEDS
         sc = StackConfig(depths=(args.depth,))
         need = memory.lesson_paths_bytes(args.depth, sc.width, sc.batch, len(seeds))
-        memory.require(need, f"the lesson's stack of depth {args.depth} ({len(seeds)} seed(s))")
+        what = f"the lesson's stack of depth {args.depth}"
+        memory.require(need + paths.veit_bytes(args.veit or 0), f"{what} ({len(seeds)} seed(s))")
+        work = paths.lesson_work(args.depth, sc.width, sc.batch, len(seeds), args.veit or 0,
+                                 residual=not args.plain)  # fmt: skip
+        _require_time(work, args, what, len(seeds))
         chains = [paths.stack_chain(StackConfig(depths=(args.depth,), seed=s),
                                     residual=not args.plain) for s in seeds]  # fmt: skip
-        veits = [paths.veit_sample(c, args.veit, seed=0) for c in chains] if args.veit else None
-        return [paths.split(c) for c in chains], veits, f"{chains[0].label} N={args.depth}"
-    _common.refuse_with(args.argv, ("--depth", "--plain"), "a model",
-                        "they shape the lesson's stack")  # fmt: skip
+        with paths.work_bar(work) as bar:
+            veits = None
+            if args.veit:
+                veits = [paths.veit_sample(c, args.veit, seed=0, tick=bar.update) for c in chains]
+            splits = [paths.split(c, tick=bar.update) for c in chains]
+        return splits, veits, f"{chains[0].label} N={args.depth}"
     from resgrad.train.data import default_corpus, read_text
 
     text = read_text(args.text) if args.text is not None else default_corpus()
-    model, tok = _load(args)
+    # the shape from the model's config, before its weights are read (a run's: once loaded)
+    model, tok = load_source(src, fits=lambda m: _fits(m, args))
     _fits(model.cfg, args)  # a run's model is loaded first: its shape is in its checkpoint
     seeds = args.seeds or MODEL_SEEDS
-    ids = tok.encode(text)
-    splits = paths.model_splits(model, ids, args.seq, args.batch, seeds)
-    veits = None
-    if args.veit:
-        veits = paths.model_veit(model, ids, args.seq, args.batch, seeds, args.veit)
+    ids = encode_text(tok, text, args.text)  # (N,); a text it cannot encode names the fix
+    work = paths.model_work(model.cfg, args.seq, args.batch, len(seeds), args.veit or 0)
+    with paths.work_bar(work) as bar:
+        splits = paths.model_splits(model, ids, args.seq, args.batch, seeds, tick=bar.update)
+        veits = None
+        if args.veit:
+            veits = paths.model_veit(model, ids, args.seq, args.batch, seeds, args.veit,
+                                     tick=bar.update)  # fmt: skip
     c = model.cfg
     name = os.path.basename(os.path.normpath(args.source))
     return (
@@ -117,38 +144,41 @@ def _splits(args: argparse.Namespace) -> tuple[list, list, str]:
     )
 
 
-def _load(args: argparse.Namespace):
-    src = args.source
-    is_run = os.path.isdir(src) and any(
-        os.path.exists(os.path.join(src, f)) for f in ("last.ckpt", "best.ckpt")
-    )
-    if is_run or src.endswith(".ckpt"):
-        from resgrad.train.sample import load_model
-
-        _common.refuse_with(args.argv, ("--meta",), "a resgrad run",
-                            "a resgrad run keeps its vocabulary in its checkpoint")  # fmt: skip
-        model, tok, _ = load_model(src, args.best)
-        return model, tok
-    _common.refuse_with(args.argv, ("--best",), "a pretrained model",
-                        "--best picks a training run's best.ckpt")  # fmt: skip
-    from resgrad.train.pretrained import load_pretrained
-
-    # the shape from the model's config, before its weights are read
-    return load_pretrained(src, meta=args.meta, fits=lambda m: _fits(m, args))
-
-
-def _fits(m, args: argparse.Namespace) -> None:
-    """Refuse in one line a split that cannot fit in memory (one batch at a time)."""
-    memory.require(memory.paths_bytes(m, args.seq, args.batch),
+def _fits(m, args: argparse.Namespace, chains: int | None = None) -> None:
+    """Refuse in one line, before the work, a model (its GPTConfig ``m``) that --seq does not
+    fit, a split that cannot fit in memory (one batch at a time), and work estimated longer
+    than --budget: ``chains`` splits (default: one per seed; 0: no time check here, the
+    caller makes one for all its checkpoints)."""
+    if args.seq > m.block_size:
+        given = "" if _common.typed(args.argv, ("--seq",)) else " (the default)"
+        raise ValueError(f"--seq {args.seq}{given} is longer than the model's {m.block_size} "
+                         f"positions; pass --seq {m.block_size} or less")  # fmt: skip
+    veit = args.veit or 0
+    memory.require(memory.paths_bytes(m, args.seq, args.batch) + paths.veit_bytes(veit),
                    f"splitting this model (L={m.n_layer} C={m.n_embd} V={m.vocab_size}) on "
                    f"{args.batch} windows of {args.seq} tokens")  # fmt: skip
+    if chains is None:
+        chains = len(args.seeds or MODEL_SEEDS)
+    if chains:
+        work = paths.model_work(m, args.seq, args.batch, chains, veit)
+        _require_time(work, args, f"this model (L={m.n_layer} C={m.n_embd} V={m.vocab_size}) "
+                      f"on {args.batch} windows of {args.seq} tokens", chains)  # fmt: skip
+
+
+def _require_time(work: paths.Work, args: argparse.Namespace, what: str, chains: int) -> None:
+    """Refuse work estimated longer than --budget, naming the counts that multiply it."""
+    counts = f"{chains:,} split{'s' * (chains != 1)}"
+    if args.veit:
+        counts += f" and --veit {args.veit:,} sampled paths per k"
+    paths.require_time(work, args.budget, f"{what} ({counts})",
+                       "pass --budget {seconds} to allow it, or ask for less")  # fmt: skip
 
 
 def cmd_paths(args: argparse.Namespace) -> int:
-    if args.plot:
-        plot_format(args.plot)  # a bad extension fails before any work
     if args.every_checkpoint:
-        return _every_checkpoint(args)
+        return _every_checkpoint(args)  # which refuses --plot
+    if args.plot:
+        check_plot_path(args.plot)  # a bad extension or destination fails before any work
     if len(args.source) > 1:
         raise ValueError(f"{len(args.source)} SOURCEs given; several are compared only with "
                          "--every-checkpoint (one run directory each)")  # fmt: skip
@@ -157,6 +187,8 @@ def cmd_paths(args: argparse.Namespace) -> int:
     rows = paths.path_table(splits)
     lo, hi = paths.effective_range([r.share_norm for r in rows])
     S = len(splits)
+    if args.plot:  # saved before anything is printed: a reader that leaves loses no plot
+        paths.save_path_figure(args.plot, splits, veits, what)
     if args.format == "table":
         print(f"{what}; seeds: {S}" + (" (mean ± std)" if S > 1 else "")
               + f"; n = {splits[0].n} branches; at x_0")  # fmt: skip
@@ -174,7 +206,7 @@ def cmd_paths(args: argparse.Namespace) -> int:
                 line += f" | {v_mean[r.k]:>13.4e} | {v_total[r.k]:>13.4e} | {r.norm:>10.3e}"
             print(line)
         print(f"90% of the gradient's norm lies on paths of k = {lo}..{hi} "
-              f"({sum(r.count for r in rows[lo:hi + 1])} of {2 ** splits[0].n} paths)")  # fmt: skip
+              f"({paths.paths_in_range(rows, (lo, hi))} of {2 ** splits[0].n} paths)")  # fmt: skip
         if veits:
             vlo, vhi = paths.effective_range(v_total)
             print(f"Veit: {args.veit} sampled paths per k for each seed, the mean over {S} "
@@ -186,8 +218,6 @@ def cmd_paths(args: argparse.Namespace) -> int:
         print(_common.render_rows(rows, ROW_KEYS, "csv"), end="")
     else:
         print(json.dumps(_json(splits, rows, (lo, hi), veits, what), indent=2))
-    if args.plot:
-        paths.save_path_figure(args.plot, splits, veits, what)
     return 0
 
 
@@ -236,18 +266,22 @@ def _every_checkpoint(args: argparse.Namespace) -> int:
                         "one split per checkpoint")  # fmt: skip
     if "lesson" in args.source:
         raise ValueError("--every-checkpoint reads a training run's directory, not the lesson")
-    twice = next((d for i, d in enumerate(args.source) if d in args.source[:i]), None)
+    real = [os.path.realpath(d) for d in args.source]  # run/ and ./run are one run
+    twice = next((d for i, d in enumerate(args.source) if real[i] in real[:i]), None)
     if twice is not None:
         raise ValueError(f"run directory {twice!r} is given twice; each run counts once")
     from resgrad.train.data import read_text
 
     text = read_text(args.text) if args.text is not None else None
     seeds = args.seeds or MODEL_SEEDS
+    work = _plan(args, text, seeds)  # every check before the first split
     if len(args.source) > 1:
-        return _across_runs(args, text, seeds)
+        return _across_runs(args, text, seeds, work)
     args.source = args.source[0]
-    res = paths.run_checkpoint_paths(args.source, text, args.seq, args.batch, seeds,
-                                     fits=lambda m: _fits(m, args))  # fmt: skip
+    with paths.work_bar(work) as bar:
+        res = paths.run_checkpoint_paths(args.source, text, args.seq, args.batch, seeds,
+                                         fits=lambda m: _fits(m, args, 0),
+                                         tick=bar.update)  # fmt: skip
     n = res[0].splits[0].n
     if args.format == "table":
         name = os.path.basename(os.path.normpath(args.source))
@@ -259,7 +293,7 @@ def _every_checkpoint(args: argparse.Namespace) -> int:
         for r in res:
             k0, k1 = r.rows[0], r.rows[1]
             lo, hi = r.range90
-            inside = sum(x.count for x in r.rows[lo : hi + 1])
+            inside = paths.paths_in_range(r.rows, r.range90)
             print(f"{r.iteration:>6} | {k0.share_norm:>8.4f} ± {k0.share_norm_std:<6.4f} | "
                   f"{k1.share_norm:>8.4f} ± {k1.share_norm_std:<6.4f} | {r.mean_k:>6.2f} | "
                   f"{f'{lo}..{hi}':>9} | {inside / 2**n:>11.2%}")  # fmt: skip
@@ -277,14 +311,30 @@ def _every_checkpoint(args: argparse.Namespace) -> int:
     return 0
 
 
-def _across_runs(args: argparse.Namespace, text: str | None, seeds: tuple[int, ...]) -> int:
+def _plan(args: argparse.Namespace, text: str | None, seeds: tuple[int, ...]) -> paths.Work:
+    """Read every run's first checkpoint and refuse, before any split: runs that cannot be
+    compared, a model --seq does not fit or memory cannot hold, and work estimated longer
+    than --budget (every kept checkpoint of every run, one split per seed)."""
+    plans = paths.plan_runs(args.source, text)
+    for p in plans:
+        _fits(p.cfg, args, 0)
+    chains = sum(len(p.kept) for p in plans) * len(seeds)
+    work = paths.model_work(plans[0].cfg, args.seq, args.batch, chains)
+    m = plans[0].cfg
+    what = (f"{len(plans)} run(s) (L={m.n_layer} C={m.n_embd}) on {args.batch} windows of "
+            f"{args.seq} tokens at every kept checkpoint")  # fmt: skip
+    _require_time(work, args, what, chains)
+    return work
+
+
+def _across_runs(args: argparse.Namespace, text: str | None, seeds: tuple, work) -> int:
     """``--every-checkpoint`` of several runs: per step they all kept, mean ± std over them."""
-    res = [
-        paths.run_checkpoint_paths(
-            d, text, args.seq, args.batch, seeds, fits=lambda m: _fits(m, args)
-        )  # fmt: skip
-        for d in args.source
-    ]
+    with paths.work_bar(work) as bar:
+        res = [
+            paths.run_checkpoint_paths(d, text, args.seq, args.batch, seeds,
+                                       fits=lambda m: _fits(m, args, 0), tick=bar.update)
+            for d in args.source
+        ]  # fmt: skip
     rows = paths.across_runs(res)
     n, R = res[0][0].splits[0].n, len(res)
     if args.format == "table":

@@ -14,7 +14,6 @@ from resgrad.perf import memory
 from resgrad.train.bpe import KINDS
 from resgrad.train.config import FROM_PRETRAINED, TrainConfig, resume_config
 from resgrad.train.loop import TrainingDiverged, train
-from resgrad.train.sample import sample_text
 
 
 def _tokenizer_kind(text: str) -> str:
@@ -46,7 +45,8 @@ TRAIN_FLAGS = [
     ("--init", None, "weight initialization"),
     ("--seed", _common.seed, "seed of the init, batches and dropout"),
     ("--data", str, "a UTF-8 text file (default: the Python reference manual, built in)"),
-    ("--tokenizer", _tokenizer_kind, "char, or bpe: a byte-level BPE trained on the data"),
+    ("--tokenizer", _tokenizer_kind, "char: one token per character; bpe: a byte-level BPE "
+     "trained on the data"),
     ("--vocab-size", _common.positive_int, "tokens of the BPE (>= 256), with --tokenizer bpe"),
     ("--init-from", str, "fine-tune a pretrained GPT-2: hub name (gpt2), directory or ckpt.pt"),
     ("--meta", str, "nanoGPT's meta.pkl, the vocabulary of an --init-from ckpt.pt "
@@ -66,16 +66,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     d = TrainConfig()
     p = sub.add_parser(
         "train",
-        help="train a character-level GPT from scratch (nanoGPT's flags)",
-        description="Train a character-level GPT in NumPy with AdamW, warmup + cosine "
-        "learning rate and gradient clipping. Defaults are nanoGPT's CPU recipe on the "
-        "built-in corpus. At each evaluation: one log line, metrics.jsonl, loss.png, and "
-        "checkpoints (last.ckpt, best.ckpt) in --out-dir. With --resume, flags not given "
-        "keep the checkpoint's values.",
+        help="train a GPT from scratch, on characters or a byte-level BPE (nanoGPT's flags)",
+        description="Train a GPT in NumPy, on characters or a byte-level BPE (--tokenizer), "
+        "with AdamW, warmup + cosine learning rate and gradient clipping. Defaults are "
+        "nanoGPT's CPU recipe on the built-in corpus. At each evaluation: one log line, "
+        "metrics.jsonl, loss.png, and checkpoints (last.ckpt, best.ckpt) in --out-dir. "
+        "With --resume, flags not given keep the checkpoint's values.",
     )
     for flag, typ, help_ in TRAIN_FLAGS:
         default = getattr(d, _field(flag))
-        kw = {"choices": VARIANTS if flag == "--variant" else INITS} if typ is None else {}
+        choices = {"--variant": VARIANTS, "--init": INITS, "--tokenizer": KINDS}.get(flag)
+        kw = {"choices": choices} if choices else {}
         shown = "" if default is None else f" (default: {default})"
         p.add_argument(flag, type=typ or str, default=None, help=help_ + shown, **kw)
     p.add_argument(
@@ -98,18 +99,22 @@ def register(sub: argparse._SubParsersAction) -> None:
         "the last block_size. Text is printed as it is generated.",
     )
     src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--out-dir", help="a directory written by resgrad train")
+    src.add_argument(
+        "--out-dir", help="a directory written by resgrad train, or one of its checkpoint files"
+    )
     src.add_argument(
         "--from-pretrained",
         metavar="DIR_OR_NAME",
-        help="a Hugging Face GPT-2 directory, a hub name (gpt2, owner/name) or a nanoGPT ckpt.pt",
+        help="a Hugging Face GPT-2 directory, a hub name (gpt2, owner/name), a nanoGPT ckpt.pt, "
+        "or a resgrad run directory or checkpoint file",
     )
     p.add_argument("--start", default="\n", help="the text to continue (default: a newline)")
     p.add_argument(
         "--num-tokens",
         type=_common.nonneg_int,
         default=500,
-        help="characters to generate (default: 500)",
+        help="tokens to generate: characters for a character-level run, BPE tokens for a "
+        "BPE run or GPT-2 (default: 500)",
     )
     p.add_argument(
         "--temperature",
@@ -190,6 +195,10 @@ def cmd_train(args: argparse.Namespace) -> int:
             f"--init-from {args.init_from!r}",
             "the pretrained model brings its own architecture and tokenizer",
         )  # fmt: skip
+        if not args.resume:  # a resumed run reads its own checkpoint, not this model
+            from resgrad.train.source import PRETRAINED, resolve_source
+
+            resolve_source(args.init_from, meta=args.meta, kinds=PRETRAINED, flag="--init-from")
     out_dir = args.out_dir if args.out_dir is not None else TrainConfig().out_dir
     log_to = _common.log_config(args)
     if args.resume:
@@ -225,32 +234,20 @@ def _write(text: str) -> None:
 
 
 def cmd_sample(args: argparse.Namespace) -> int:
+    from resgrad.train.source import MODELS, RESGRAD, resolve_source, sample_source
+
+    run = args.out_dir is not None  # --out-dir: a run's; --from-pretrained: any model
+    src = resolve_source(
+        args.out_dir if run else args.from_pretrained, best=args.best, meta=args.meta,
+        kinds=RESGRAD if run else MODELS, flag="--out-dir" if run else "--from-pretrained",
+    )  # fmt: skip
     try:  # each token is printed as it is drawn: Ctrl-C keeps what was generated
-        if args.from_pretrained is not None:
-            from resgrad.train.pretrained import sample_pretrained
-
-            _common.refuse_with(args.argv, ("--best",), "--from-pretrained",
-                                "--best picks a training run's best.ckpt")  # fmt: skip
-
-            sample_pretrained(
-                args.from_pretrained, args.start, args.num_tokens, temperature=args.temperature,
-                top_k=args.top_k, seed=args.seed, on_text=_write, meta=args.meta,
-                fits=lambda m: memory.require(memory.sample_bytes(m), f"this model (L={m.n_layer} "
-                                              f"C={m.n_embd} V={m.vocab_size} T={m.block_size})"),
-            )  # fmt: skip
-        else:
-            _common.refuse_with(args.argv, ("--meta",), "--out-dir",
-                                "a resgrad run keeps its vocabulary in its checkpoint")  # fmt: skip
-            sample_text(
-                args.out_dir,
-                args.start,
-                args.num_tokens,
-                temperature=args.temperature,
-                top_k=args.top_k,
-                seed=args.seed,
-                best=args.best,
-                on_text=_write,
-            )
+        sample_source(
+            src, args.start, args.num_tokens, temperature=args.temperature, top_k=args.top_k,
+            seed=args.seed, on_text=_write,
+            fits=lambda m: memory.require(memory.sample_bytes(m), f"this model (L={m.n_layer} "
+                                          f"C={m.n_embd} V={m.vocab_size} T={m.block_size})"),
+        )  # fmt: skip
     except KeyboardInterrupt:
         print(flush=True)  # end the cut line; main() reports the interrupt
         raise

@@ -4,7 +4,13 @@ The recipe: write to a temporary file in the destination's own directory (so
 the rename stays on one filesystem), flush and fsync it, ``os.replace`` it over
 the destination (atomic on POSIX and Windows), then fsync the directory so the
 rename itself survives a power cut. A process killed at any moment leaves
-either the previous file or the new one, plus at worst a stray ``.tmp`` file.
+either the previous file or the new one, plus at worst a stray temporary,
+``.<name>.<pid>-XXXXXXXX.tmp``: the next write to the same destination removes it
+once process ``pid`` is gone (:func:`remove_dead_temporaries`).
+
+:func:`check_destination` refuses, before any work, a destination that cannot be
+written (its directory missing, a file, or read-only): a command that would compute
+for minutes and then fail to save calls it first.
 
 A directory written as a whole (a model export: weights, config and tokenizer that
 belong together) goes the same way one level up: :func:`staged_dir` fills a sibling
@@ -29,7 +35,9 @@ __all__ = [
     "atomic_write",
     "atomic_write_bytes",
     "atomic_write_text",
+    "check_destination",
     "make_dir",
+    "remove_dead_temporaries",
     "remove_stale_staging",
     "remove_stale_temporaries",
     "staged_dir",
@@ -58,14 +66,89 @@ def _file_mode(path: str) -> int:
 
 
 def _tmp_prefix(path: str) -> str:
+    """What every temporary of ``path`` starts with: ``.<name>.`` (then ``<pid>-XXXXXXXX.tmp``)."""
     return f".{os.path.basename(path)}."
+
+
+def _tmp_pattern(path: str) -> re.Pattern:
+    """The names this module gives the temporaries of ``path``, the writer's pid captured."""
+    return re.compile(re.escape(_tmp_prefix(path)) + r"(?P<pid>[0-9]+)-[^.]+\.tmp")
+
+
+def remove_dead_temporaries(path: str | os.PathLike) -> list[str]:
+    """Delete the temporaries that killed :func:`atomic_write` s of ``path`` left behind.
+
+    Only files beside ``path`` named as this module names the temporaries of ``path``
+    (``.<name>.<pid>-XXXXXXXX.tmp``), written by a process ``pid`` that no longer runs,
+    are touched: a live writer's temporary, another destination's, or a file named
+    otherwise (an older ``.<name>.XXXXXXXX.tmp`` without a pid included) is left alone.
+
+    Returns
+    -------
+    list of str
+        The paths removed.
+    """
+    path = os.path.abspath(os.fspath(path))
+    directory = os.path.dirname(path)
+    pattern = _tmp_pattern(path)
+    removed = []
+    try:
+        entries = sorted(os.listdir(directory))
+    except OSError:
+        return removed
+    for entry in entries:
+        m = pattern.fullmatch(entry)
+        if m is None or _alive(int(m["pid"])):  # not ours, or its writer still runs
+            continue
+        tmp = os.path.join(directory, entry)
+        try:
+            os.unlink(tmp)
+            removed.append(tmp)
+        except FileNotFoundError:  # another writer removed it first
+            pass
+    return removed
+
+
+def check_destination(path: str | os.PathLike) -> None:
+    """Refuse, in one line naming ``path``, a file that :func:`atomic_write` could not write.
+
+    Called before the work whose result goes to ``path`` (a plot, a table), so that a
+    bad destination costs nothing. Each case has its own message: ``path`` is a
+    directory; a directory on the way is a file; its directory does not exist; its
+    directory cannot be written (tried with a temporary, which is removed at once: a
+    permission bit alone does not tell, e.g. for root or on a read-only filesystem).
+
+    Raises
+    ------
+    IsADirectoryError, NotADirectoryError, FileNotFoundError, PermissionError
+    """
+    path = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise IsADirectoryError(f"cannot write {path!r}: it is a directory; give a file name")
+    if not os.path.isdir(directory):
+        up = directory
+        while not os.path.lexists(up):  # the nearest ancestor that exists
+            up = os.path.dirname(up)
+        if not os.path.isdir(up):
+            raise NotADirectoryError(f"cannot write {path!r}: {up!r} is a file, not a directory")
+        raise FileNotFoundError(f"cannot write {path!r}: directory {directory!r} does not exist")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f"{_tmp_prefix(path)}{os.getpid()}-", suffix=".tmp",
+                                   dir=directory)  # fmt: skip
+    except OSError:  # EACCES, EROFS, or /proc's ENOENT: all say the same to the user
+        raise PermissionError(f"cannot write {path!r}: directory {directory!r} is not "
+                              "writable") from None  # fmt: skip
+    os.close(fd)
+    os.unlink(tmp)
 
 
 def remove_stale_temporaries(directory: str | os.PathLike, names: Iterable[str]) -> list[str]:
     """Delete the temporaries a killed :func:`atomic_write` of ``directory/name`` left behind.
 
-    Only files named as this module names its temporaries (``.<name>.XXXXXXXX.tmp``)
-    for the given ``names`` are touched. Call it only while holding the directory's
+    Only files named as this module names its temporaries (``.<name>.<pid>-XXXXXXXX.tmp``,
+    or ``.<name>.XXXXXXXX.tmp`` before the pid was in the name) for the given ``names`` are
+    touched, whatever their writer's pid. Call it only while holding the directory's
     lock (:mod:`resgrad.formats.lock`), or it could delete a live writer's file.
 
     Returns
@@ -92,24 +175,26 @@ def atomic_write(path: str | os.PathLike, write_fn: Callable[[BinaryIO], None]) 
     Parameters
     ----------
     path : str or PathLike
-        The destination. Its directory must exist.
+        The destination. Its directory must exist. The temporaries of earlier
+        writes to it whose processes were killed are removed first.
     write_fn : callable
         Called once with a binary file object open for writing.
 
     Raises
     ------
     OSError
-        If the directory does not exist or cannot be written. The destination
-        is then untouched and no temporary file is left behind.
+        If the directory does not exist or cannot be written (the messages of
+        :func:`check_destination`). The destination is then untouched and no
+        temporary file is left behind.
     """
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(directory):
-        raise FileNotFoundError(f"directory {directory!r} does not exist (writing {path!r})")
-    if os.path.isdir(path):
-        raise IsADirectoryError(f"cannot write {path!r}: it is a directory; give a file name")
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=_tmp_prefix(path), suffix=".tmp", dir=directory)
+    if os.path.isdir(path) or not os.path.isdir(directory):
+        check_destination(path)  # raises, saying which of the two
+    remove_dead_temporaries(path)  # a killed writer's, of this destination only
+    try:  # the pid in the name: the next write knows when its writer is dead
+        fd, tmp = tempfile.mkstemp(prefix=f"{_tmp_prefix(path)}{os.getpid()}-", suffix=".tmp",
+                                   dir=directory)  # fmt: skip
     except OSError as e:  # the message names the destination, not the temporary's name
         raise type(e)(f"cannot write {path!r} in {directory!r}: {e.strerror}") from None
     try:
@@ -161,11 +246,13 @@ _STAGED = re.compile(r"\.(?P<name>.+)\.(?P<kind>new|old)-(?P<pid>\d+)-[^.]+\.tmp
 
 
 def _alive(pid: int) -> bool:
+    """Whether process ``pid`` runs; a number that cannot be a pid counts as alive (its
+    temporary is left alone)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:  # somebody else's process: alive
+    except (PermissionError, OverflowError):  # somebody else's process; no pid at all
         return True
     return True
 

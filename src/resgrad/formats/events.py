@@ -12,32 +12,34 @@ the CRC come from tensorboardX (numpy and protobuf, no torch or TensorFlow: the
 file: one ``write`` per event on an ``O_APPEND`` descriptor (a ``kill -9`` loses at most
 the event being written) and an ``fsync`` on demand, as ``dynamics.bin`` is written.
 
-A resumed run must not show the steps it is about to redo twice. :func:`trim_events`
-rewrites (atomically) every event file of a log directory without the events at or
-after the resume step; a ``SessionLog.START`` at that step in the new file tells a
-TensorBoard that already read the old events to drop them too (its "purge").
+A damaged record (a flipped byte, a length no record has) does not end the file: the
+reader skips to the next sound record, found by its CRCs, and counts the bytes it skipped,
+so that the records after the damage are kept. Bytes after the last sound record that hold
+no sound record are a torn tail: what a kill leaves of the event it was writing.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import socket
 import struct
 import time
 from collections.abc import Iterator
-
-from resgrad.formats.atomic import atomic_write_bytes
+from typing import NamedTuple
 
 __all__ = [
     "EXTRA",
     "EventFile",
+    "Frames",
     "event_files",
     "frame",
+    "import_extra",
     "masked_crc",
     "read_events",
     "read_frames",
     "require_tensorboardx",
-    "trim_events",
+    "salvage_events",
 ]
 
 EXTRA = 'pip install "resgrad[tensorboard]"'  # what a missing tensorboardX asks for
@@ -45,16 +47,32 @@ FILE_VERSION = "brain.Event:2"
 _MASK_DELTA = 0xA282EAD8
 
 
-def require_tensorboardx():
-    """tensorboardX's module, or one line saying what to install (ValueError, as every
-    missing optional extra in resgrad)."""
+def import_extra(module: str, needs: str, extra: str):
+    """``module``, imported; or one line (ValueError) saying why ``needs`` cannot have it.
+
+    "not installed" (and what to install, ``extra``) only when the module itself is
+    absent: a ``ModuleNotFoundError`` of that very name. A module that is there but fails
+    to import (a missing dependency, a clash of protobuf versions: any exception its
+    import raises) is named with the error it raised, not called missing.
+    """
     try:
-        import tensorboardX
-    except ImportError:
-        raise ValueError(
-            f"TensorBoard logging needs tensorboardX, which is not installed; {EXTRA}"
-        ) from None
-    return tensorboardX
+        return importlib.import_module(module)
+    except ModuleNotFoundError as e:
+        if e.name == module:
+            raise ValueError(f"{needs} needs {module}, which is not installed; {extra}") from None
+        why = e
+    except Exception as e:  # noqa: BLE001 - whatever its import raised is the reason
+        why = e
+    text = (str(why).strip().splitlines() or [""])[0]
+    raise ValueError(
+        f"{needs} needs {module}, which is installed but fails to import: "
+        f"{type(why).__name__}: {text}"
+    ) from None
+
+
+def require_tensorboardx():
+    """tensorboardX's module, or one line saying what is wrong (:func:`import_extra`)."""
+    return import_extra("tensorboardX", "TensorBoard logging", EXTRA)
 
 
 def masked_crc(data: bytes) -> int:
@@ -71,35 +89,74 @@ def frame(data: bytes) -> bytes:
     return head + struct.pack("<I", masked_crc(head)) + data + struct.pack("<I", masked_crc(data))
 
 
-def read_frames(path: str | os.PathLike) -> tuple[list[bytes], int]:
-    """The records of a TFRecord file, up to the first torn or damaged one.
+class Frames(NamedTuple):
+    """What :func:`read_frames` found in a TFRecord file."""
 
-    Returns (each record's framed bytes, the number of bytes after the last sound
-    record): a kill's torn last record, or damage, is left out and counted.
+    frames: list[bytes]  # each sound record, framed, in file order
+    torn: int  # bytes after the last sound record that hold none: a kill's torn tail
+    damaged: list[tuple[int, int]]  # (offset, bytes) of each damaged span skipped
+
+
+def _framed_end(data: bytes, pos: int) -> int | None:
+    """The end of the record at ``pos`` if its length is sound (within the file, its CRC
+    right), whatever its data: the next record starts there. Else None."""
+    if pos + 12 > len(data):
+        return None
+    (n,) = struct.unpack_from("<Q", data, pos)
+    end = pos + 12 + n + 4
+    if end > len(data):  # checked first, as it costs nothing: most bytes are no length
+        return None
+    (head_crc,) = struct.unpack_from("<I", data, pos + 8)
+    return end if head_crc == masked_crc(data[pos : pos + 8]) else None
+
+
+def _sound_end(data: bytes, pos: int) -> int | None:
+    """The end of the record at ``pos`` if it is sound (its length and its data), else None."""
+    end = _framed_end(data, pos)
+    if end is None:
+        return None
+    (data_crc,) = struct.unpack_from("<I", data, end - 4)
+    return end if data_crc == masked_crc(data[pos + 12 : end - 4]) else None
+
+
+def read_frames(path: str | os.PathLike) -> Frames:
+    """The sound records of a TFRecord file, and what is not sound in it.
+
+    A record whose data is damaged but whose length is sound is skipped by its length;
+    one whose length is damaged is skipped up to the next place a sound record starts.
+    Each skip is a damaged span. Bytes after the last sound record that hold none are
+    the torn tail (a kill's), not damage.
     """
     with open(path, "rb") as f:
         data = f.read()
-    frames, pos = [], 0
-    while pos + 12 <= len(data):
-        head = data[pos : pos + 8]
-        (n,) = struct.unpack("<Q", head)
-        (head_crc,) = struct.unpack("<I", data[pos + 8 : pos + 12])
-        end = pos + 12 + n + 4
-        if head_crc != masked_crc(head) or end > len(data):
-            break
-        body = data[pos + 12 : pos + 12 + n]
-        if struct.unpack("<I", data[end - 4 : end])[0] != masked_crc(body):
-            break
-        frames.append(data[pos:end])
-        pos = end
-    return frames, len(data) - pos
+    frames, damaged, pos = [], [], 0
+    while pos < len(data):
+        end = _sound_end(data, pos)
+        if end is not None:
+            frames.append(data[pos:end])
+            pos = end
+            continue
+        nxt = _framed_end(data, pos)  # the data is damaged, its length is not
+        if nxt is None:  # the length is damaged too: look for the next sound record
+            nxt = next((p for p in range(pos + 1, len(data))
+                        if _sound_end(data, p) is not None), None)  # fmt: skip
+        if nxt is None:
+            return Frames(frames, len(data) - pos, damaged)
+        damaged.append((pos, nxt - pos))
+        pos = nxt
+    return Frames(frames, 0, damaged)
 
 
 def _event(framed: bytes):
+    """The ``Event`` a sound record holds, or None when its bytes are not one."""
+    from google.protobuf.message import DecodeError
     from tensorboardX.proto.event_pb2 import Event
 
     ev = Event()
-    ev.ParseFromString(framed[12:-4])
+    try:
+        ev.ParseFromString(framed[12:-4])
+    except DecodeError:
+        return None
     return ev
 
 
@@ -115,25 +172,32 @@ def event_files(logdir: str | os.PathLike) -> list[str]:
 def read_events(logdir: str | os.PathLike) -> Iterator:
     """Every sound ``Event`` of every event file in ``logdir``, in TensorBoard's order."""
     for path in event_files(logdir):
-        for framed in read_frames(path)[0]:
-            yield _event(framed)
+        for framed in read_frames(path).frames:
+            ev = _event(framed)
+            if ev is not None:
+                yield ev
 
 
-def trim_events(logdir: str | os.PathLike, before_step: int) -> int:
-    """Keep only the events of steps < ``before_step`` in ``logdir``'s event files.
-
-    Each file that holds a later event (or a torn tail) is rewritten atomically with the
-    earlier ones, file-version record included; the others are left as they are.
-    Returns how many events were dropped.
-    """
-    dropped = 0
+def salvage_events(logdir: str | os.PathLike) -> tuple[list, list[str]]:
+    """Every sound ``Event`` of ``logdir``'s event files (TensorBoard's order), and what
+    was damaged: one phrase per file with damaged spans or records that are no event
+    (its name, how many, how many bytes). A torn tail is a kill's, not damage."""
+    events, damage = [], []
     for path in event_files(logdir):
-        frames, torn = read_frames(path)
-        keep = [f for f in frames if _event(f).step < before_step]
-        if len(keep) < len(frames) or torn:
-            atomic_write_bytes(path, b"".join(keep))
-            dropped += len(frames) - len(keep)
-    return dropped
+        found = read_frames(path)
+        parsed = [_event(f) for f in found.frames]
+        events += [e for e in parsed if e is not None]
+        what = []
+        if found.damaged:
+            n, size = len(found.damaged), sum(k for _, k in found.damaged)
+            what.append(f"{n} damaged span{'s' * (n != 1)} ({size} bytes) skipped")
+        junk = sum(e is None for e in parsed)
+        if junk:
+            what.append(f"{junk} record{'s' * (junk != 1)} that {'is' if junk == 1 else 'are'} "
+                        "no event skipped")  # fmt: skip
+        if what:
+            damage.append(f"{os.path.basename(path)}: {', '.join(what)}")
+    return events, damage
 
 
 def _seconds(path: str) -> int:
@@ -165,7 +229,7 @@ class EventFile:
         name = f"events.out.tfevents.{int(now):010d}"
         if wall_time is None:  # live: this host and process (an export's name is fixed)
             # TensorBoard reads a directory's files in name order: this one must come after
-            # every file already there (a resume's trimmed ones), even one begun this second
+            # every file already there (a resumed run's old ones), even one begun this second
             secs = max([int(now)] + [_seconds(p) + 1 for p in event_files(logdir)])
             EventFile._opened += 1
             name = (f"events.out.tfevents.{secs:010d}.{socket.gethostname()}."

@@ -16,7 +16,12 @@ head, so loading it is renaming tensors. Conventions checked against
   function) is resgrad's tanh GELU, ``activation="gelu-tanh"``; ``gelu`` (and
   ``gelu_python``) is the exact erf GELU, ``activation="gelu-erf"``; anything else is
   refused by name. ``export`` writes ``gelu_new`` or ``gelu``;
-- LayerNorm's epsilon is ``layer_norm_epsilon`` (resgrad's ``GPTConfig.ln_eps``);
+- LayerNorm's epsilon is ``layer_norm_epsilon`` (resgrad's ``GPTConfig.ln_eps``), read
+  from float32's smallest normal to 0.1 (:data:`EPS_MAX`; transformers takes any float);
+- the sizes are JSON integers >= 1 (GPT2Config refuses ``12.0``), each also read under
+  its aliases, transformers' ``attribute_map`` (``hidden_size``, ``num_hidden_layers``,
+  ``num_attention_heads``, ``max_position_embeddings``) and old configs' ``n_ctx``;
+  aliases given together must agree; ``n_inner`` is null or 4 * n_embd (resgrad's MLP);
 - ``lm_head.weight`` is tied to ``wte``: not stored by ``save_pretrained``; where a
   file holds it (nanoGPT, some hub copies) it must equal ``wte``;
 - the causal-mask buffers ``h.{i}.attn.bias`` and ``h.{i}.attn.masked_bias`` of
@@ -25,7 +30,7 @@ head, so loading it is renaming tensors. Conventions checked against
 The one mapping table, resgrad name -> the name a transformers or nanoGPT user
 looks for (``{i}`` is the block index; HF names are ``GPT2Model``'s, which
 ``GPT2LMHeadModel`` prefixes with ``transformer.``, and nanoGPT's are the same
-with that prefix; "T" marks nanoGPT's (out, in) weights, transposed on the way in):
+with that prefix; "T" marks nanoGPT's (out, in) weights, transposed on the way in)::
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ import json
 import math
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -49,6 +54,7 @@ __all__ = [
     "hf_config",
     "is_hub_name",
     "load_hf",
+    "nanogpt_config",
     "nanogpt_state_to_params",
     "read_hf_config",
     "read_hf_tensors",
@@ -84,13 +90,29 @@ _ACTIVATIONS = {
     "gelu_python": "gelu-erf",  # the same function, written with torch.erf
 }
 _HF_ACTIVATION = {"gelu-tanh": "gelu_new", "gelu-erf": "gelu"}  # what export writes
+# layer_norm_epsilon's range: from float32's smallest normal (a float32 model keeps it > 0)
+# to 0.1 (epsilons in use run 1e-12 to 1e-5, GPT-2's 1e-5; near a unit variance it changes
+# the normalization itself: 1e308 overflowed float32 and sampled garbage). transformers
+# takes any float; resgrad refuses what no GPT-2 was trained with, and export writes no other
+EPS_MIN, EPS_MAX = float(np.finfo(np.float32).tiny), 0.1
+# GPT2Config's other float fields -> (least, bound excluded, what is expected)
+_FLOAT_FIELDS = {
+    "resid_pdrop": (0.0, 1.0, "a dropout probability in [0, 1)"),
+    "embd_pdrop": (0.0, 1.0, "a dropout probability in [0, 1)"),
+    "attn_pdrop": (0.0, 1.0, "a dropout probability in [0, 1)"),
+    "summary_first_dropout": (0.0, 1.0, "a dropout probability in [0, 1)"),
+    "initializer_range": (0.0, math.inf, "a finite number >= 0 (the init's std)"),
+}
+# nanoGPT's GPTConfig fields, the keys of the model_args its train.py saves
+NANOGPT_ARGS = ("n_layer", "n_head", "n_embd", "block_size", "bias", "vocab_size", "dropout")
 MAX_PARAMS = 2**40  # 1.1e12 parameters, 4 TiB in float32: a config beyond it is a typo
 HUB_MODELS = ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl")  # openai-community/<name>
 CONFIG, WEIGHTS, INDEX = "config.json", "model.safetensors", "model.safetensors.index.json"
 TOKENIZER_CONFIG = {"tokenizer_class": "PreTrainedTokenizerFast"}  # run tokenizer.json as it is
 
-__doc__ += "\n".join(
-    f"    {ours:<24} {theirs:<26} {'T' if t else ''}" for ours, (theirs, t) in HF_NAMES.items()
+__doc__ += "\n" + "\n".join(  # a literal block after the docstring's "::" and a blank line
+    f"    {ours:<24} {theirs:<26} {'T' if t else ''}".rstrip()
+    for ours, (theirs, t) in HF_NAMES.items()
 )
 
 
@@ -117,27 +139,48 @@ def _json(value: Any) -> str:
 
 
 def _get(cfg: Mapping[str, Any], where: str, *keys: str) -> int:
-    """The size under the first of ``keys`` the config has (aliases: n_positions, n_ctx, ...):
-    an integer >= 1; an integral float (``12.0``) reads as the integer."""
-    k = next((k for k in keys if k in cfg), None)
-    if k is None:
+    """The size under ``keys``, a field and its aliases (n_positions, n_ctx, ...): an integer
+    >= 1, a JSON integer (``12.0``, ``"12"`` and ``true`` are refused, as transformers'
+    GPT2Config refuses them). Every alias given is checked, and they must agree: where
+    transformers reads the alias (hidden_size over n_embd) and resgrad the first, a
+    disagreement would load another model."""
+    given = [k for k in keys if k in cfg]
+    if not given:
         raise ValueError(f"{where}: config.json has no {keys[0]!r}")
-    v = cfg[k]
-    if isinstance(v, float) and v.is_integer():
-        v = int(v)
-    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-        raise ValueError(f"{where}: {k} is {_json(cfg[k])}; expected an integer >= 1")
-    return v
+    for k in given:
+        v = cfg[k]
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"{where}: {k} is {_json(cfg[k])}; expected an integer >= 1")
+    first = given[0]
+    for k in given[1:]:
+        if cfg[k] != cfg[first]:
+            raise ValueError(
+                f"{where}: {first} is {cfg[first]} but {k} is {cfg[k]}; expected one value "
+                f"({' and '.join(given)} name one field)"
+            )
+    return cfg[first]
 
 
 def _eps(cfg: Mapping[str, Any], where: str) -> float:
-    """``layer_norm_epsilon`` (GPT-2's 1e-5 when absent): a positive finite number."""
+    """``layer_norm_epsilon`` (GPT-2's 1e-5 when absent): a number in [EPS_MIN, EPS_MAX]."""
     v = cfg.get("layer_norm_epsilon", 1e-5)
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < math.inf:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not EPS_MIN <= v <= EPS_MAX:
         raise ValueError(
-            f"{where}: layer_norm_epsilon is {_json(v)}; expected a positive finite number"
+            f"{where}: layer_norm_epsilon is {_json(v)}; expected a positive finite number "
+            f"from {EPS_MIN:.6g} to {EPS_MAX:g} (LayerNorm's epsilon; GPT-2's is 1e-05)"
         )
     return float(v)
+
+
+def _check_floats(cfg: Mapping[str, Any], where: str) -> None:
+    """The other float fields of GPT2Config, where given: each a number in its range (resgrad
+    does not use them to load, but a file holding nonsense there is not a GPT-2 config)."""
+    for key, (lo, hi, want) in _FLOAT_FIELDS.items():
+        if key not in cfg:
+            continue
+        v = cfg[key]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not lo <= v < hi:
+            raise ValueError(f"{where}: {key} is {_json(v)}; expected {want}")
 
 
 def _n_params(cfg: GPTConfig) -> int:
@@ -164,8 +207,10 @@ def gpt_config_from_hf(cfg: Mapping[str, Any], where: str = "config.json") -> GP
             f"expected one of {', '.join(_ACTIVATIONS)} (GELU, tanh or exact form)"
         )
     C = _get(cfg, where, "n_embd", "hidden_size")
+    inner = cfg.get("n_inner")  # the MLP's width: null is 4 * n_embd, the one resgrad builds
     checks = [
-        ("n_inner", cfg.get("n_inner") in (None, 4 * C), f"None or 4 * n_embd = {4 * C}"),
+        ("n_inner", inner is None or (type(inner) is int and inner == 4 * C),
+         f"null or the integer 4 * n_embd = {4 * C}"),
         ("scale_attn_weights", cfg.get("scale_attn_weights", True) is True, "true"),
         ("scale_attn_by_inverse_layer_idx",
          cfg.get("scale_attn_by_inverse_layer_idx") in (None, False), "false"),
@@ -184,6 +229,7 @@ def gpt_config_from_hf(cfg: Mapping[str, Any], where: str = "config.json") -> GP
         n_head=_get(cfg, where, "n_head", "num_attention_heads"),
         ln_eps=_eps(cfg, where),
     )
+    _check_floats(cfg, where)
     try:
         out = GPTConfig(
             **sizes,
@@ -471,33 +517,72 @@ def gpt_from_state(
     return model
 
 
+def _arg(v: Any) -> str:
+    """A model_args value as its pickle holds it, for messages ('2' is a string)."""
+    return f"{v!r} (a {type(v).__name__})" if type(v) not in (int, float) else repr(v)
+
+
+def nanogpt_config(model_args: Mapping[str, Any], where: str = "nanoGPT checkpoint") -> GPTConfig:
+    """resgrad's :class:`GPTConfig` for nanoGPT's ``model_args``, checked as its ``GPTConfig``
+    would take them: read from the numbers alone, before any weight is converted.
+
+    ``model_args`` holds :data:`NANOGPT_ARGS`, as nanoGPT's ``train.py`` saves them: the
+    sizes are integers >= 1 (not ``"2"``, ``2.0`` or ``True``), ``bias`` a bool (nanoGPT's
+    default ``True`` where absent), ``dropout`` a number in [0, 1) (its default 0.0; unused
+    here, the loaded model has dropout 0). Any other key is another model (a fork's field)
+    and refused by name. nanoGPT's LayerNorm eps is 1e-5 and its MLP's activation is
+    ``nn.GELU()``, the exact erf form: ``activation="gelu-erf"``.
+
+    Raises
+    ------
+    ValueError
+        A missing size, a value of the wrong type or range, or a key nanoGPT does not have.
+    """
+    unknown = [k for k in model_args if k not in NANOGPT_ARGS]
+    if unknown:
+        raise ValueError(f"{where}: model_args has {unknown[0]!r}, which nanoGPT's GPTConfig "
+                         f"does not have; expected only {', '.join(NANOGPT_ARGS)}")  # fmt: skip
+    sizes = {}
+    for k in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
+        if k not in model_args:
+            raise ValueError(f"{where}: model_args has no {k!r}")
+        v = model_args[k]
+        if type(v) is not int or v < 1:  # type(): True is no size, nor 2.0, nor "2"
+            raise ValueError(f"{where}: model_args {k} is {_arg(v)}; expected an integer >= 1")
+        sizes[k] = v
+    bias = model_args.get("bias", True)  # nanoGPT's GPTConfig: bias: bool = True
+    if type(bias) is not bool:
+        raise ValueError(f"{where}: model_args bias is {_arg(bias)}; expected True or False")
+    drop = model_args.get("dropout", 0.0)  # nanoGPT's GPTConfig: dropout: float = 0.0
+    if type(drop) not in (int, float) or not 0.0 <= drop < 1.0:
+        raise ValueError(f"{where}: model_args dropout is {_arg(drop)}; expected a number in "
+                         "[0, 1)")  # fmt: skip
+    try:
+        cfg = GPTConfig(
+            **sizes,
+            bias=bias,
+            ln_eps=1e-5,  # nanoGPT's LayerNorm: F.layer_norm(..., 1e-5)
+            activation="gelu-erf",  # nanoGPT's MLP: nn.GELU(), the exact form
+        )
+    except ValueError as e:
+        raise ValueError(f"{where}: bad model_args: {e}") from None
+    if _n_params(cfg) > MAX_PARAMS:  # refused from the numbers alone, before any allocation
+        raise ValueError(
+            f"{where}: model_args make about {_n_params(cfg):.1e} parameters, more than resgrad "
+            f"loads ({MAX_PARAMS:.1e})"
+        )
+    return cfg
+
+
 def nanogpt_state_to_params(
     model_args: Mapping[str, Any],
     state: Mapping[str, np.ndarray],
     dtype: Any = np.float32,
     where: str = "nanoGPT checkpoint",
 ) -> GPT:
-    """A resgrad GPT from nanoGPT's ``model_args`` and its state dict (as NumPy arrays).
-
-    ``model_args`` holds n_layer, n_head, n_embd, block_size, vocab_size, bias and
-    dropout, as nanoGPT's ``train.py`` saves them. nanoGPT's LayerNorm eps is 1e-5 and its
-    MLP's activation is ``nn.GELU()``, the exact erf form: ``activation="gelu-erf"``.
-    """
-    try:
-        cfg = GPTConfig(
-            vocab_size=int(model_args["vocab_size"]),
-            block_size=int(model_args["block_size"]),
-            n_layer=int(model_args["n_layer"]),
-            n_head=int(model_args["n_head"]),
-            n_embd=int(model_args["n_embd"]),
-            bias=bool(model_args.get("bias", True)),
-            ln_eps=1e-5,  # nanoGPT's LayerNorm: F.layer_norm(..., 1e-5)
-            activation="gelu-erf",  # nanoGPT's MLP: nn.GELU(), the exact form
-        )
-    except KeyError as e:
-        raise ValueError(f"{where}: model_args has no {e.args[0]!r}") from None
-    except (TypeError, ValueError) as e:
-        raise ValueError(f"{where}: bad model_args: {e}") from None
+    """A resgrad GPT from nanoGPT's ``model_args`` (:func:`nanogpt_config`) and its state
+    dict (as NumPy arrays: see :func:`gpt_from_state`)."""
+    cfg = nanogpt_config(model_args, where)
     return gpt_from_state(cfg, state, nanogpt=True, dtype=dtype, where=where)
 
 
@@ -587,9 +672,19 @@ _MODEL_FILES = re.compile(
 )
 
 
-def _check_export_dir(d: str, force: bool) -> bool:
+def _check_export_dir(d: str, force: bool, reads: Sequence[str] = ()) -> bool:
     """Whether ``d`` holds something export would replace; refused unless ``force``, and
-    always when it holds a file that is not a model's (export replaces the directory)."""
+    always when it holds a file that is not a model's, or is or holds a path the export
+    reads (``reads``: a checkpoint file named as a model's file too), as export replaces
+    the directory."""
+    for src in reads:
+        real_d, real_src = os.path.realpath(d), os.path.realpath(src)
+        if os.path.commonpath([real_d, real_src]) == real_d:
+            raise ValueError(
+                f"{d!r} {'is' if real_d == real_src else 'holds'} {os.fspath(src)!r}, which "
+                "the export reads; export writes the directory as a whole: choose a new or "
+                "empty directory"
+            )
     remove_stale_staging(d)  # a killed export's temporaries (its old model put back)
     if not os.path.isdir(d) or not os.listdir(d):
         return False
@@ -614,6 +709,7 @@ def export_hf(
     out_dir: str | os.PathLike,
     tokenizer_json: str | None = None,
     force: bool = False,
+    reads: Sequence[str] = (),
 ) -> None:
     """Write ``model`` as a Hugging Face GPT-2 directory that ``GPT2LMHeadModel`` loads.
 
@@ -634,7 +730,8 @@ def export_hf(
     ------
     ValueError
         A scheme other than pre-ln: GPT-2's config cannot express it; an ``out_dir`` that
-        already holds a model, unless ``force``; one holding files that are not a model's.
+        already holds a model, unless ``force``; one holding files that are not a model's;
+        one that is, or holds, a path in ``reads`` (the checkpoint it was read from).
     """
     from safetensors.numpy import save
 
@@ -643,6 +740,11 @@ def export_hf(
         raise ValueError(
             f"cannot export variant {cfg.variant!r} as GPT-2: GPT-2 is pre-ln, and its "
             "config cannot express another residual scheme"
+        )
+    if not EPS_MIN <= cfg.ln_eps <= EPS_MAX:  # what load_hf reads back, and no other
+        raise ValueError(
+            f"cannot export ln_eps {cfg.ln_eps!r} as GPT-2: its layer_norm_epsilon is read "
+            f"from {EPS_MIN:.6g} to {EPS_MAX:g}"
         )
     model.check_params()
     tensors = {}
@@ -661,7 +763,7 @@ def export_hf(
         files["tokenizer.json"] = tokenizer_json.encode()
         files["tokenizer_config.json"] = json.dumps(TOKENIZER_CONFIG).encode()
     d = os.fspath(out_dir)
-    replace = _check_export_dir(d, force)
+    replace = _check_export_dir(d, force, reads)
     with staged_dir(d, replace=replace) as stage:  # fsynced, then one rename
         for name, data in files.items():
             with open(os.path.join(stage, name), "wb") as f:

@@ -26,11 +26,12 @@ from __future__ import annotations
 import io
 import os
 import pickle
+import re
 from typing import Any, NamedTuple
 
 import numpy as np
 
-from resgrad.formats.hf import nanogpt_state_to_params
+from resgrad.formats.hf import gpt_from_state, nanogpt_config
 from resgrad.nn.model import GPT
 
 __all__ = ["NanoGPTCheckpoint", "load_nanogpt_ckpt", "meta_vocabulary", "read_meta_pkl",
@@ -53,9 +54,15 @@ def read_nanogpt_ckpt(path: str | os.PathLike, dtype: Any = np.float32) -> NanoG
     Raises
     ------
     ValueError
-        PyTorch missing (install ``resgrad[torch]``), a pickle that needs more than
-        tensors and plain containers, a file that is not nanoGPT's (a field of the wrong
-        kind named), or weights that do not fit ``model_args``.
+        PyTorch missing (install ``resgrad[torch]``); a pickle that names a global (a
+        class, a function: refused by that name, torch's advice to load it with
+        ``weights_only=False`` never relayed); a truncated or damaged file (named, with
+        torch's reason); a file that is not nanoGPT's (a field of the wrong kind named);
+        ``model_args`` nanoGPT's GPTConfig would not take
+        (:func:`resgrad.formats.hf.nanogpt_config`, checked before any tensor is
+        converted); or weights that do not fit them.
+    FileNotFoundError, PermissionError, IsADirectoryError
+        As for any file.
     """
     name = os.fspath(path)
     try:
@@ -66,14 +73,10 @@ def read_nanogpt_ckpt(path: str | os.PathLike, dtype: Any = np.float32) -> NanoG
         ) from None
     try:
         ckpt = torch.load(name, map_location="cpu", weights_only=True)
-    except FileNotFoundError:
-        raise
-    except Exception as e:  # UnpicklingError for a forbidden global, others for garbage
-        why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise ValueError(
-            f"refused to load {name!r}: it is not a plain PyTorch checkpoint of tensors and "
-            f"containers (loaded with weights_only=True, nothing in it was run): {why}"
-        ) from None
+    except (FileNotFoundError, PermissionError, IsADirectoryError):
+        raise  # said as any file's: missing, unreadable
+    except Exception as e:  # UnpicklingError for a forbidden global, others for damage
+        raise _load_error(name, e) from None
     if not isinstance(ckpt, dict) or "model" not in ckpt or "model_args" not in ckpt:
         keys = sorted(map(str, ckpt))[:5] if isinstance(ckpt, dict) else type(ckpt).__name__
         raise ValueError(
@@ -93,9 +96,13 @@ def read_nanogpt_ckpt(path: str | os.PathLike, dtype: Any = np.float32) -> NanoG
             f"{name!r}: field 'config' is a {type(config).__name__}; expected a dict of "
             "train.py's settings"
         )
+    cfg = nanogpt_config(ckpt["model_args"], where=name)  # before any tensor is converted
     want = torch.float64 if np.dtype(dtype) == np.float64 else torch.float32
     state = {}
     for k, v in ckpt["model"].items():
+        if type(k) is not str:
+            raise ValueError(f"{name!r}: state dict key {k!r} is a {type(k).__name__}; "
+                             "expected parameter names (strings)")  # fmt: skip
         if not isinstance(v, torch.Tensor):
             raise ValueError(f"{name!r}: state dict entry {k!r} is not a tensor")
         if not v.is_floating_point():  # cast, an int8 weight would be all zeros: refuse it
@@ -104,8 +111,35 @@ def read_nanogpt_ckpt(path: str | os.PathLike, dtype: Any = np.float32) -> NanoG
                 "(float16, bfloat16, float32, float64)"
             )
         state[k] = v.detach().to("cpu", want).numpy()
-    model = nanogpt_state_to_params(ckpt["model_args"], state, dtype=dtype, where=name)
+    model = gpt_from_state(cfg, state, nanogpt=True, dtype=dtype, where=name)
     return NanoGPTCheckpoint(model, config)
+
+
+# what torch's weights-only message says beyond the reason: advice to load the file with
+# weights_only=False (which runs its code) or to allowlist its globals; never relayed
+_ADVICE = ("weights_only", "safe_globals", "trusted source", "Please file an issue",
+           "Check the documentation")  # fmt: skip
+
+
+def _load_error(name: str, e: Exception) -> ValueError:
+    """torch.load's failure on ``name`` in one line: a pickle naming a global (a class, a
+    function such as os.system) is refused by that name; anything else is a damaged file,
+    said with torch's first line of reason (its advice dropped, see _ADVICE)."""
+    text = str(e)
+    glob = re.search(r"GLOBAL ([\w.]+)", text)
+    if glob:
+        return ValueError(
+            f"refused to load {name!r}: it holds objects a safe load refuses (it names the "
+            f"global {glob.group(1)}); resgrad loads a .pt only with torch.load(weights_only="
+            "True), tensors and plain containers, and nothing in it was run"
+        )
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    why = next((ln for ln in lines if not any(a in ln for a in _ADVICE)), type(e).__name__)
+    why = why.split(". ")[0].rstrip(".")  # miniz's first sentence, without its explanation
+    return ValueError(
+        f"{name!r} is not a readable PyTorch checkpoint (truncated or damaged: {why}); nothing "
+        "in it was run"
+    )
 
 
 def load_nanogpt_ckpt(path: str | os.PathLike, dtype: Any = np.float32) -> GPT:
@@ -187,23 +221,33 @@ def read_meta_pkl(path: str | os.PathLike) -> dict[str, Any]:
 
 def meta_vocabulary(meta: dict[str, Any], where: str = "meta.pkl") -> str:
     """The characters of a :func:`read_meta_pkl` dict, token ``i`` first at ``i``: nanoGPT's
-    ``itos``, checked against ``stoi`` and ``vocab_size`` where they are present.
+    ``itos`` (id -> character), checked against its ``stoi`` (character -> id) and
+    ``vocab_size`` where given.
+
+    nanoGPT's ``sample.py`` reads both ``stoi`` (to encode) and ``itos`` (to decode), so both
+    must be there: ``itos`` a dict of the int ids 0..n-1 (exactly ``int``: not ``True``,
+    not ``1.0``) to distinct single characters, ``stoi`` a dict of str -> int that is its
+    inverse, a bijection; ``vocab_size``, where given, the int n.
 
     Raises
     ------
     ValueError
-        No ``itos``, ids other than 0..n-1, a token that is not one character, ``stoi``
-        not the inverse of ``itos``, or ``vocab_size`` not the number of tokens.
+        No ``itos`` or ``stoi``, either not a dict, ids other than the ints 0..n-1, a
+        token that is not one character, two ids for one character, ``stoi`` not the
+        inverse of ``itos``, or ``vocab_size`` not the number of tokens.
     """
-    itos = meta.get("itos")
-    if type(itos) is not dict or not itos:
-        got = "no 'itos'" if itos is None else f"'itos' as a {type(itos).__name__}"
-        raise ValueError(f"{where}: {got}; expected nanoGPT's meta with 'itos' (id -> character) "
-                         "and 'stoi'")  # fmt: skip
+    want = "expected nanoGPT's meta with 'itos' (id -> character) and 'stoi' (character -> id)"
+    for key in ("itos", "stoi"):
+        table = meta.get(key)
+        if type(table) is not dict or not table:
+            got = f"no {key!r}" if table is None else f"{key!r} as a {type(table).__name__}"
+            got = f"{key!r} empty" if type(table) is dict else got
+            raise ValueError(f"{where}: {got}; {want}")
+    itos, stoi = meta["itos"], meta["stoi"]
     n = len(itos)
-    if set(itos) != set(range(n)):
-        bad = min((k for k in itos if type(k) is not int or not 0 <= k < n), key=str)
-        raise ValueError(f"{where}: itos has the key {bad!r}; expected the ids 0..{n - 1}")
+    bad = [k for k in itos if type(k) is not int or not 0 <= k < n]  # then: 0..n-1, each once
+    if bad:
+        raise ValueError(f"{where}: itos has the key {bad[0]!r}; expected the ids 0..{n - 1}")
     chars = [itos[i] for i in range(n)]
     for i, c in enumerate(chars):
         if type(c) is not str or len(c) != 1:
@@ -212,10 +256,17 @@ def meta_vocabulary(meta: dict[str, Any], where: str = "meta.pkl") -> str:
     if len(set(chars)) != n:
         c = next(c for c in chars if chars.count(c) > 1)
         raise ValueError(f"{where}: itos gives the character {c!r} to two ids")
-    stoi = meta.get("stoi")
-    if stoi is not None and stoi != {c: i for i, c in enumerate(chars)}:
-        raise ValueError(f"{where}: stoi is not the inverse of itos; expected stoi[itos[i]] == i")
+    odd = [(c, i) for c, i in stoi.items() if type(c) is not str or type(i) is not int]
+    if odd:
+        raise ValueError(f"{where}: stoi maps {odd[0][0]!r} to {odd[0][1]!r}; expected "
+                         "characters (str) to ids (int)")  # fmt: skip
+    if stoi != {c: i for i, c in enumerate(chars)}:
+        inverse = {c: i for i, c in enumerate(chars)}
+        c = next((c for c in stoi if inverse.get(c) != stoi[c]), None)  # a wrong id
+        c = next(c for c in chars if c not in stoi) if c is None else c  # else a missing one
+        raise ValueError(f"{where}: stoi is not the inverse of itos (at {c!r}); expected "
+                         "stoi[itos[i]] == i for every id")  # fmt: skip
     size = meta.get("vocab_size")
-    if size is not None and size != n:
+    if size is not None and (type(size) is not int or size != n):
         raise ValueError(f"{where}: vocab_size is {size!r} but itos holds {n} characters")
     return "".join(chars)

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from resgrad.lab.flow import FlowConfig, profile, seed_tuple
+from resgrad.lab.flow import FlowConfig, positive_ints, profile, seed_tuple
 from resgrad.nn.model import GPT, GPTConfig
 
 __all__ = [
@@ -96,7 +96,12 @@ class ClaimRow:
 def claim_table(
     claim: str, depths: Sequence[int] = (6, 24, 96), seeds: Sequence[int] | int = range(5)
 ) -> list[ClaimRow]:
-    """Every (setting, depth) of ``claim`` measured at every seed (a count K: seeds 0..K-1)."""
+    """Every (setting, depth) of ``claim`` measured at every seed (a count K: seeds 0..K-1).
+
+    ``depths`` must be distinct positive integers: a depth given twice is refused, not
+    measured twice into two equal rows.
+    """
+    depths = positive_ints("depths", depths)
     seeds = seed_tuple(seeds)
     if claim == "update-size":
         settings = {v: (lambda L, s, v=v: update_size(v, L, s)) for v in ("post-ln", "deepnorm")}

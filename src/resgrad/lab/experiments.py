@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from resgrad.formats.atomic import atomic_write_bytes, atomic_write_text
-from resgrad.formats.checkpoint import LAST
+from resgrad.formats.checkpoint import LAST, load_checkpoint
 from resgrad.formats.lock import lock_dir, new_dir_or_nothing
 from resgrad.formats.records import to_csv
 from resgrad.lab.flow import seed_tuple
@@ -47,7 +47,7 @@ from resgrad.lab.sweep import (
     sidecar_path,
 )
 from resgrad.plots import figure_bytes, new_figure
-from resgrad.train.config import TrainConfig, check_resumable
+from resgrad.train.config import TrainConfig, check_matches_checkpoint
 from resgrad.train.data import check_text_file, load_corpus, unigram_entropy
 from resgrad.train.dynamics import read_dynamics
 from resgrad.train.loop import TrainingDiverged, train
@@ -58,6 +58,7 @@ __all__ = [
     "EXPERIMENTS",
     "ROW_FIELDS",
     "ExperimentConfig",
+    "cell_key",
     "format_summary",
     "run_cell",
     "run_experiment",
@@ -119,8 +120,17 @@ class ExperimentConfig:
         if isinstance(self.variants, str) or not self.variants:
             raise ValueError(f"variants must be a non-empty list, got {self.variants!r}")
         object.__setattr__(self, "variants", tuple(self.variants))
+        if len(set(self.variants)) != len(self.variants):  # two cells would share a directory
+            raise ValueError(f"variants must be distinct, got {self.variants!r}")
         object.__setattr__(self, "depths", _tuple("depths", self.depths, int, 1))
         object.__setattr__(self, "lrs", _tuple("lrs", self.lrs, (int, float), 1e-12))
+        shown = [f"{lr:g}" for lr in self.lrs]  # as a cell's name shows it
+        twice = next((lr for i, lr in enumerate(self.lrs) if shown[i] in shown[:i]), None)
+        if twice is not None:
+            raise ValueError(
+                f"lrs must differ within 6 significant digits (a cell's name shows lr "
+                f"{twice!r} as {twice:g}, as another of them), got {self.lrs!r}"
+            )
         object.__setattr__(self, "warmups", _tuple("warmups", self.warmups, int, 0))
         what = "variants x depths x lrs x warm-ups x seeds"
         if isinstance(self.seeds, (int, np.integer)) and not isinstance(self.seeds, bool):
@@ -228,6 +238,31 @@ def run_cell(cfg: TrainConfig, log_to: LogConfig | None = None) -> list[dict]:
         grad_block0=grad0, update_max=upd,
     )  # fmt: skip
     return [row]
+
+
+# where a cell's run lives and how it was started: nothing of its row depends on them
+_NOT_IN_KEY = ("out_dir", "resume")
+
+
+def cell_key(cell: TrainConfig, data_sha256: str) -> str:
+    """The key of a cell's row in the sidecar of finished cells: every setting of its run
+    but :data:`_NOT_IN_KEY` (eval_iters and the text too, which a plain resume may change),
+    and the SHA-256 of the text it trains on. A row is reused only under the same key."""
+    settings = {k: v for k, v in dataclasses.asdict(cell).items() if k not in _NOT_IN_KEY}
+    return json.dumps({**settings, "data_sha256": data_sha256}, sort_keys=True)
+
+
+def _check_same_cell(cell: TrainConfig, last: str, corpus) -> None:
+    """Refuse the checkpoint ``last`` of a cell's earlier run unless it was trained with
+    every setting of ``cell`` (but :data:`_NOT_IN_KEY`) and on ``corpus``'s text: its row
+    would otherwise stand beside rows measured with other settings."""
+    ckpt = load_checkpoint(last)
+    check_matches_checkpoint(cell, ckpt.config.get("train", {}), last, may_change=_NOT_IN_KEY)
+    if ckpt.extra.get("data_sha256") != corpus.sha256:
+        raise ValueError(
+            f"cannot resume {last!r}: the data {corpus.source!r} differs from the text it "
+            "was trained on (SHA-256 mismatch)"
+        )
 
 
 def _run_logged_cell(point: tuple[TrainConfig, LogConfig]) -> list[dict]:
@@ -355,7 +390,10 @@ def run_experiment(
     ``summary.json`` (the config, the per-group summary, the unigram entropy),
     ``summary.md`` (the table) and ``<name>.png`` (the figure). Returns the summary.
     One experiment at a time writes ``out_dir``: a second fails at once, naming the
-    holder (:func:`resgrad.formats.lock.lock_dir`). ``threads``: BLAS threads per
+    holder (:func:`resgrad.formats.lock.lock_dir`). Run again into the same ``out_dir``, it
+    keeps the finished cells and resumes the others, unless a cell there was trained with
+    any other setting (eval_iters and the text included): that is refused, by name, before
+    anything trains. ``threads``: BLAS threads per
     local worker (default: cores // jobs). ``log_to``: dashboards, each cell a run named
     after it (its variant, depth, lr, warm-up and seed); TensorBoard's in
     ``out_dir/tb/<cell>`` (or ``log_to.dir/<cell>``), so that ``tensorboard --logdir
@@ -378,16 +416,18 @@ def run_experiment(
 def _run_experiment(cfg, out_dir, jobs, backend, scheduler, connect_timeout, progress, threads,
                     log_to):  # fmt: skip
     cells = cfg.cells(out_dir)
+    corpus = load_corpus(cfg.data, cfg.block_size)  # every cell's text, refused before any trains
     for _, c in cells:  # a cell trained before with other settings is refused, never mixed in
-        if os.path.exists(os.path.join(c.out_dir, LAST)):
+        last = os.path.join(c.out_dir, LAST)
+        if os.path.exists(last):
             try:
-                check_resumable(c)
+                _check_same_cell(c, last, corpus)
             except ValueError as e:
                 raise ValueError(
                     f"{out_dir!r} holds this experiment run with other settings ({e}); run it "
                     "with the same flags to resume it, or choose another --out-dir"
                 ) from None
-    keys = [json.dumps([c.variant, c.n_layer, c.lr, c.warmup_iters, c.seed]) for _, c in cells]
+    keys = [cell_key(c, corpus.sha256) for _, c in cells]
     side = sidecar_path(os.path.join(out_dir, "cells.csv"))
     points = [c for _, c in cells]
     job = run_cell
@@ -402,8 +442,8 @@ def _run_experiment(cfg, out_dir, jobs, backend, scheduler, connect_timeout, pro
                     threads=threads)  # fmt: skip
     rows = [r for k in keys for r in grid.done[k]]
     summary = summarize(rows)
-    entropy = unigram_entropy(load_corpus(cfg.data, cfg.block_size).text)
-    names = dict(zip(keys, [n for n, _ in cells]))
+    entropy = unigram_entropy(corpus.text)
+    names = {json.dumps([c.variant, c.n_layer, c.lr, c.warmup_iters, c.seed]): n for n, c in cells}
     png = render_figure(cfg, rows, summary, out_dir, names, entropy)
     atomic_write_bytes(os.path.join(out_dir, f"{cfg.name}.png"), png)
     atomic_write_text(os.path.join(out_dir, "cells.csv"), to_csv(rows, ROW_FIELDS))

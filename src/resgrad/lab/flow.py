@@ -73,6 +73,7 @@ __all__ = [
     "lesson_per_layer",
     "lesson_plot_spec",
     "measure",
+    "positive_ints",
     "profile",
     "records_to_csv",
     "records_to_json",
@@ -110,6 +111,25 @@ def _positive_int(name: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
         raise ValueError(f"{name} must be a positive integer, got {value!r}")
     return int(value)
+
+
+def positive_ints(name: str, values: Sequence[int]) -> tuple[int, ...]:
+    """A grid's axis of sizes (depths, widths): a non-empty sequence of distinct integers >= 1.
+
+    A value given twice is refused, not run twice: its points would be measured twice and
+    counted as two in every table and plot of the grid.
+    """
+    if isinstance(values, (int, str)) or not isinstance(values, Sequence):
+        raise TypeError(f"{name} must be a sequence, got {values!r}")
+    out = tuple(values)
+    if not out:
+        raise ValueError(f"{name} must list at least one value, got none")
+    for v in out:
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+            raise ValueError(f"{name} must hold positive integers, got {v!r}")
+    if len(set(out)) != len(out):
+        raise ValueError(f"{name} must be distinct, got {out!r}")
+    return tuple(int(v) for v in out)
 
 
 def _seed(value: object) -> int:

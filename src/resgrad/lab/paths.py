@@ -35,6 +35,13 @@ parameter on the trunk (post-ln's and DeepNorm's LayerNorms, ln_f, the LM head) 
 of the gradient reaching it. The tied ``wte`` gets the head's gradient at k = 0 plus the
 embedding lookup's gradient split as the stream at x_0 is.
 
+**Cost, before the work.** :func:`model_work` and :func:`lesson_work` count the branch VJPs
+a measurement will do (the split's n(n + 1)/2 per chain, Veit's ``samples`` x n(n + 1)/2) and
+estimate their seconds; :func:`require_time` refuses work over a budget in one line, and
+:func:`work_bar` shows the work's progress on a terminal (every function doing it takes a
+``tick``). Runs compared through training (:func:`plan_runs`, :func:`across_runs`) must share
+their scheme, shape, vocabulary and text tokens (:class:`RunModel`).
+
 **Veit's protocol** (their section 5, figure 6) samples single paths instead:
 :func:`veit_sample` draws k of the n branches, backpropagates through exactly those
 branches and the skip everywhere else, and records the gradient magnitude at x_0; their
@@ -46,7 +53,9 @@ are smaller and its shares say where the gradient that reaches x_0 really comes 
 
 from __future__ import annotations
 
+import hashlib
 import itertools
+import json
 import math
 import os
 from collections.abc import Callable, Iterable, Sequence
@@ -77,27 +86,44 @@ __all__ = [
     "CheckpointPaths",
     "PathRow",
     "PathSplit",
+    "RunModel",
+    "RunPlan",
     "RunsRow",
     "VeitEstimate",
+    "Work",
     "across_runs",
+    "check_comparable",
     "effective_range",
+    "format_seconds",
     "gpt_chain",
+    "lesson_work",
     "model_splits",
     "model_veit",
+    "model_work",
     "path_figure",
     "path_gradient",
     "path_table",
+    "paths_in_range",
+    "plan_runs",
+    "require_time",
     "run_checkpoint_paths",
+    "run_model",
     "save_path_figure",
     "split",
     "stack_chain",
+    "veit_bytes",
     "veit_exact",
     "veit_sample",
+    "work_bar",
 ]
 
 ACTIVATIONS = ("tanh", "linear")  # the lesson's stack: tanh(x W), or x W (Veit's linear case)
 MAX_EXACT_PATHS = 1 << 16  # veit_exact enumerates every path: refuse more than this
 MAX_SPLIT_BRANCHES = 4096  # split's n(n + 1)/2 VJPs: 8.4 million at this n, minutes at C=16
+TIME_BUDGET_S = 600.0  # work estimated longer than this is refused unless asked for (--budget)
+PROGRESS_AFTER_S = 3.0  # work estimated longer than this shows a progress bar on a terminal
+
+Tick = Callable[[int], None]  # told the number of branch VJPs just done (a progress bar's update)
 
 
 # --------------------------------------------------------------------------- the chain
@@ -462,7 +488,9 @@ class PathSplit:
         return self.dots / np.where(sq > 0, sq, 1.0)
 
 
-def split(chain: Chain, *, joint: bool = False, keep: bool = False) -> PathSplit:
+def split(
+    chain: Chain, *, joint: bool = False, keep: bool = False, tick: Tick | None = None
+) -> PathSplit:
     """The exact split of the chain's gradient by path length, at every boundary and parameter.
 
     Walks the steps top to bottom carrying one gradient array per key: the skip keeps
@@ -476,6 +504,8 @@ def split(chain: Chain, *, joint: bool = False, keep: bool = False) -> PathSplit
     keep : bool
         Also keep every part as an array (memory: (n + 1) x the stream per boundary and
         (n + 1) x the parameters: for small models and tests).
+    tick : callable, optional
+        Called after each step with the branch VJPs it did (a progress bar's update).
 
     Returns
     -------
@@ -567,6 +597,8 @@ def split(chain: Chain, *, joint: bool = False, keep: bool = False) -> PathSplit
             out[up] = _add(out.get(up), dx)
             add_params(j, key, {**g, **gb})  # parameters in the branch: the entering key
         finish_stage(j)
+        if tick is not None:
+            tick(len(D))  # one branch VJP per key carried into the step
         D = out
         if j in at:
             record(at[j], D)
@@ -658,25 +690,40 @@ def _ks(chain: Chain, ks: Iterable[int] | None) -> tuple[int, ...]:
 
 
 def veit_sample(
-    chain: Chain, samples: int, seed: int, ks: Iterable[int] | None = None
+    chain: Chain,
+    samples: int,
+    seed: int,
+    ks: Iterable[int] | None = None,
+    *,
+    tick: Tick | None = None,
 ) -> VeitEstimate:
     """Veit's protocol: for each k, ``samples`` random sets of k branches (with replacement
     between samples), each backpropagated alone; the magnitude ||gradient at x_0||.
 
-    Randomness: ``np.random.default_rng([seed, k])`` per k, so adding a k changes no other.
+    Randomness: ``np.random.default_rng([seed, k])`` per k, so adding a k, or asking for
+    the ks in another order, changes no other k's sample. ``std`` is over the samples,
+    ddof=0. Memory: one float per sample (:func:`veit_bytes`). ``tick`` is called after
+    each sample with its k, the branch VJPs it took.
     """
     if isinstance(samples, bool) or not isinstance(samples, (int, np.integer)) or samples < 1:
         raise ValueError(f"samples must be a positive integer, got {samples!r}")
     ks = _ks(chain, ks)
     mean, std = np.zeros(len(ks)), np.zeros(len(ks))
+    mags = np.empty(int(samples))  # (samples,) one k at a time
     for j, k in enumerate(ks):
-        rng = np.random.default_rng([seed, k])
-        mags = [
-            np.linalg.norm(path_gradient(chain, rng.choice(chain.n, size=k, replace=False)))
-            for _ in range(samples)
-        ]
-        mean[j], std[j] = np.mean(mags), np.std(mags)
+        rng = np.random.default_rng([seed, k])  # its own stream: the other ks do not move it
+        for i in range(samples):
+            S = rng.choice(chain.n, size=k, replace=False)  # (k,) distinct branches
+            mags[i] = np.linalg.norm(path_gradient(chain, S))
+            if tick is not None:
+                tick(k)
+        mean[j], std[j] = mags.mean(), mags.std()
     return VeitEstimate(chain.n, ks, mean, std, int(samples), seed)
+
+
+def veit_bytes(samples: int) -> int:
+    """Memory :func:`veit_sample` adds to its chain's: one float64 per sample."""
+    return 8 * int(samples)
 
 
 def veit_exact(chain: Chain, ks: Iterable[int] | None = None) -> VeitEstimate:
@@ -718,7 +765,10 @@ def effective_range(shares: Sequence[float], mass: float = 0.9) -> tuple[int, in
 
 
 class PathRow(NamedTuple):
-    """One path length k at one boundary, mean and std over the splits (seeds) given."""
+    """One path length k at one boundary, mean and std over the splits (seeds) given.
+
+    Each std is the spread of the seeds measured, ddof=0 (numpy's default): 0 for one seed.
+    """
 
     k: int
     count: int  # C(n, k), paths of this length
@@ -731,7 +781,8 @@ class PathRow(NamedTuple):
 
 
 def path_table(splits: Sequence[PathSplit], boundary: int = 0) -> list[PathRow]:
-    """Per-k rows at ``boundary`` (0: the embeddings' output), over one or more splits."""
+    """Per-k rows at ``boundary`` (0: the embeddings' output), over one or more splits:
+    mean and std (ddof=0) over the splits of each share and norm."""
     if not splits:
         raise ValueError("path_table needs at least one split")
     if any(isinstance(s.keys[0], tuple) for s in splits):
@@ -747,6 +798,12 @@ def path_table(splits: Sequence[PathSplit], boundary: int = 0) -> list[PathRow]:
     ]  # fmt: skip
 
 
+def paths_in_range(rows: Sequence[PathRow], rng: tuple[int, int]) -> int:
+    """How many paths have a length k in ``rng`` = (lo, hi), both ends included."""
+    lo, hi = rng
+    return sum(r.count for r in rows if lo <= r.k <= hi)
+
+
 # --------------------------------------------------------------------------- real models
 
 
@@ -758,6 +815,7 @@ def model_splits(
     seeds: Sequence[int] = (0,),
     *,
     joint: bool = False,
+    tick: Tick | None = None,
 ) -> list[PathSplit]:
     """The split of ``model``'s loss gradient on windows of a text, one per seed, in float64.
 
@@ -770,7 +828,8 @@ def model_splits(
     ValueError
         A ``seq`` longer than the model's context, or a text too short for it.
     """
-    return _on_windows(model, ids, seq, batch, seeds, lambda s, chain: split(chain, joint=joint))
+    return _on_windows(model, ids, seq, batch, seeds,
+                       lambda s, chain: split(chain, joint=joint, tick=tick))  # fmt: skip
 
 
 def model_veit(
@@ -781,12 +840,14 @@ def model_veit(
     seeds: Sequence[int],
     samples: int,
     sample_seed: int = 0,
+    *,
+    tick: Tick | None = None,
 ) -> list[VeitEstimate]:
     """Veit's sampled estimate (:func:`veit_sample`) on the windows of each seed, one chain
     at a time: the same batches as :func:`model_splits` with the same arguments."""
 
     def sample(s: int, chain: Chain) -> VeitEstimate:
-        return veit_sample(chain, samples, sample_seed)  # one sampling seed for every batch
+        return veit_sample(chain, samples, sample_seed, tick=tick)  # one seed for every batch
 
     return _on_windows(model, ids, seq, batch, seeds, sample)
 
@@ -807,6 +868,103 @@ def _on_windows(
         w = text_windows(ids, seq, batch, s)  # (B, T + 1)
         out.append(fn(s, gpt_chain(model, w[:, :-1], w[:, 1:])))  # inputs, targets: (B, T)
     return out
+
+
+# --------------------------------------------------------------------------- the cost, first
+
+# seconds of one branch VJP: a fixed cost of Python and NumPy calls, plus its float64 flops
+# at FLOPS_PER_S (measured on one core: 1e-4 s at C=16, 2e-3 s at C=64 T=64 B=4, 2e-2 s at
+# C=256; the lesson's C=16 tanh layer 1.5e-5 s). An order of magnitude, not a prediction.
+GPT_VJP_OVERHEAD_S = 1e-4
+LESSON_VJP_OVERHEAD_S = 2e-5
+FLOPS_PER_S = 2e10
+
+
+class Work(NamedTuple):
+    """What a measurement will cost, estimated before it starts."""
+
+    vjps: int  # branch VJPs in all: the split's and Veit's
+    seconds: float  # an estimate: vjps x the seconds of one, plus each chain's forward
+
+
+def _work(n: int, skips: bool, vjp_s: float, chain_s: float, chains: int, samples: int) -> Work:
+    """``chains`` splits of n branches, each with ``samples`` Veit paths per k = 0..n."""
+    per_split = n * (n + 1) // 2 if skips else n  # no skip: one part, one VJP a step
+    per_veit = samples * n * (n + 1) // 2  # sum over k of samples x k branch VJPs
+    vjps = chains * (per_split + per_veit)
+    return Work(vjps, vjps * vjp_s + chains * chain_s)
+
+
+def model_work(cfg, seq: int, batch: int, chains: int, samples: int = 0) -> Work:
+    """The cost of ``chains`` splits of a GPT of config ``cfg`` on (batch, seq) windows
+    (one per window seed, checkpoint and run), with ``samples`` Veit paths per k each.
+
+    A branch VJP costs about 24 B T C^2 flops (the attention's 4 C^2 and the MLP's 8 C^2
+    weights, two matmuls each in the backward, averaged over the two) plus 4 B T^2 C (the
+    attention's scores); each chain's forward and ordinary backward about 2n of them plus
+    the head's 6 B T V C.
+    """
+    B, T, C, V = batch, seq, cfg.n_embd, cfg.vocab_size
+    n = 2 * cfg.n_layer
+    vjp_s = GPT_VJP_OVERHEAD_S + (24 * B * T * C * C + 4 * B * T * T * C) / FLOPS_PER_S
+    chain_s = 2 * n * vjp_s + 6 * B * T * V * C / FLOPS_PER_S
+    return _work(n, cfg.variant != "none", vjp_s, chain_s, chains, samples)
+
+
+def lesson_work(
+    depth: int, width: int, batch: int, chains: int, samples: int = 0, residual: bool = True
+) -> Work:
+    """The cost of ``chains`` splits of the lesson's stack (one per bank seed), with
+    ``samples`` Veit paths per k each: a branch VJP is two (B, C) x (C, C) matmuls."""
+    vjp_s = LESSON_VJP_OVERHEAD_S + 4 * batch * width * width / FLOPS_PER_S
+    return _work(depth, residual, vjp_s, 2 * depth * vjp_s, chains, samples)
+
+
+def format_seconds(t: float) -> str:
+    """``t`` seconds as e.g. ``'40 s'``, ``'7.5 min'``, ``'3.2 h'``, ``'12.0 days'``."""
+    if t < 60:
+        return f"{t:.0f} s"
+    if t < 3600:
+        return f"{t / 60:.1f} min"
+    if t < 86400:
+        return f"{t / 3600:.1f} h"
+    return f"{t / 86400:,.1f} days"
+
+
+def require_time(work: Work, budget: float, what: str, more: str) -> None:
+    """Refuse, in one line, work estimated to take longer than ``budget`` seconds.
+
+    The message names ``what``, the estimate, the budget, and ``more``: how to ask for
+    more time (e.g. ``"pass --budget {seconds}"``, formatted with the budget it would take).
+
+    Raises
+    ------
+    ValueError
+    """
+    if work.seconds > budget:
+        need = math.ceil(work.seconds * 1.25)  # room for the estimate's error
+        raise ValueError(
+            f"{what} would take about {format_seconds(work.seconds)} ({work.vjps:,} branch "
+            f"VJPs; an estimate), more than the budget of {format_seconds(budget)}; "
+            + more.format(seconds=need)
+        )
+
+
+def work_bar(work: Work, progress: bool | None = None, desc: str = "paths"):
+    """A tqdm bar over ``work.vjps`` on stderr, its description the estimate.
+
+    ``progress`` None: shown on a terminal only, and only for work estimated longer than
+    :data:`PROGRESS_AFTER_S`; True or False: always or never. Use it as a context manager
+    and pass its ``update`` as the ``tick`` of the functions doing the work.
+    """
+    from tqdm.auto import tqdm
+
+    if progress is None:
+        disable = None if work.seconds > PROGRESS_AFTER_S else True  # None: on a terminal
+    else:
+        disable = not progress
+    return tqdm(total=work.vjps, unit="VJP", unit_scale=True, dynamic_ncols=True, disable=disable,
+                desc=f"{desc} (about {format_seconds(work.seconds)})")  # fmt: skip
 
 
 # --------------------------------------------------------------------------- figures
@@ -965,6 +1123,126 @@ def save_path_figure(
 # --------------------------------------------------------------------------- through training
 
 
+class RunModel(NamedTuple):
+    """What runs (or one run's checkpoints) must share for their splits to be compared:
+    the model's scheme and shape, its vocabulary, and the token ids of the text the
+    windows are drawn from (the same windows are the same token ids)."""
+
+    scheme: str  # GPTConfig.variant: pre-ln, post-ln, ...
+    depth: int  # n_layer
+    width: int  # n_embd
+    heads: int  # n_head
+    vocabulary: str  # described: "20 characters 'abc...'", "bpe of 512 tokens (sha256 ...)"
+    tokens: str  # the text under that vocabulary: "1,000 tokens, sha256 0123456789ab"
+
+
+FIELD_NAMES = {
+    "scheme": "scheme", "depth": "depth (n_layer)", "width": "width (n_embd)",
+    "heads": "heads (n_head)", "vocabulary": "vocabulary", "tokens": "the text's token ids",
+}  # fmt: skip
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()[:12]
+
+
+def run_model(cfg, ckpt, ids: np.ndarray | None) -> RunModel:
+    """The :class:`RunModel` of a checkpoint (its GPTConfig ``cfg`` and its
+    :class:`~resgrad.formats.checkpoint.Checkpoint`) and of the text's token ``ids`` (N,);
+    ``tokens`` is ``""`` without them (the model compared before the text is encoded)."""
+    kind = "char" if ckpt.tokenizer is None else str(ckpt.tokenizer.get("kind"))
+    if kind == "char":
+        v = ckpt.vocab
+        vocab = (f"{len(v)} characters {v!r}" if len(v) <= 40
+                 else f"{len(v)} characters (sha256 {_sha(v.encode())})")  # fmt: skip
+    else:
+        record = json.dumps(ckpt.tokenizer, sort_keys=True).encode()
+        vocab = f"{kind} of {cfg.vocab_size} tokens (sha256 {_sha(record)})"
+    tokens = ""
+    if ids is not None:
+        ids = np.ascontiguousarray(ids, dtype=np.int64)  # (N,)
+        tokens = f"{len(ids):,} tokens, sha256 {_sha(ids.tobytes())}"
+    return RunModel(cfg.variant, cfg.n_layer, cfg.n_embd, cfg.n_head, vocab, tokens)
+
+
+def check_comparable(
+    models: Sequence[tuple[str, RunModel]], kind: str = "run", why: str = ""
+) -> None:
+    """Refuse, in one line, ``(name, RunModel)`` pairs that differ from the first in any field.
+
+    The message names the ``kind`` ("run", "checkpoint") and name that differs, the
+    field, both values, and ``why`` they must not differ (by default: only runs of one
+    model on one text are compared).
+
+    Raises
+    ------
+    ValueError
+    """
+    if not models:
+        return
+    name0, m0 = models[0]
+    for name, m in models[1:]:
+        for field in RunModel._fields:
+            a, b = getattr(m0, field), getattr(m, field)
+            if a != b:
+                raise ValueError(
+                    f"{kind} {name!r} has {FIELD_NAMES[field]} {b}, {kind} {name0!r} has {a}: "
+                    + (why or f"only {kind}s of one model on one text are compared")
+                )
+
+
+class RunPlan(NamedTuple):
+    """A run directory read before any split: what it kept and its first checkpoint's model."""
+
+    run_dir: str
+    kept: list[tuple[int, str]]  # (iteration, path), by iteration
+    cfg: Any  # the GPTConfig of its first kept checkpoint
+    model: RunModel
+
+
+def _kept(run_dir: str) -> list[tuple[int, str]]:
+    """The checkpoints a run directory kept; refused in one line if none."""
+    from resgrad.train.rundir import kept_checkpoints
+
+    if not os.path.isdir(run_dir):
+        raise NotADirectoryError(f"{run_dir!r} is not a directory (expected a training run's)")
+    kept = kept_checkpoints(run_dir)
+    if not kept:
+        raise ValueError(f"{run_dir!r} keeps no checkpoint per step (ckpt-<iter>.ckpt); "
+                         "train it with --keep-every N")  # fmt: skip
+    return kept
+
+
+def plan_runs(run_dirs: Sequence[str], text: str | None = None) -> list[RunPlan]:
+    """Read each run's first kept checkpoint (not its splits): what
+    :func:`run_checkpoint_paths` of each, and :func:`across_runs` of them all, will do.
+
+    For the checks a caller makes before the work (the model's size, the time it takes)
+    and the one made here: runs of another scheme, depth, width, heads, vocabulary or
+    text tokens than the first are refused before any split (:func:`check_comparable`).
+
+    Raises
+    ------
+    ValueError, OSError
+        As :func:`run_checkpoint_paths`; or runs that cannot be compared.
+    """
+    from resgrad.train.data import default_corpus
+    from resgrad.train.sample import load_model
+
+    text = default_corpus() if text is None else text
+    plans: list[RunPlan] = []
+    for d in run_dirs:
+        kept = _kept(d)
+        model, tok, ckpt = load_model(kept[0][1])
+        # the model and its vocabulary first: another vocabulary may not encode the text
+        named = [(p.run_dir, p.model._replace(tokens="")) for p in plans[:1]]
+        check_comparable([*named, (d, run_model(model.cfg, ckpt, None))], "run")
+        plans.append(RunPlan(d, kept, model.cfg, run_model(model.cfg, ckpt, tok.encode(text))))
+        check_comparable([(p.run_dir, p.model) for p in (plans[0], plans[-1])], "run")
+        del model
+    return plans
+
+
 class CheckpointPaths(NamedTuple):
     """The split at x_0 of one checkpoint a run kept, on the same windows as every other."""
 
@@ -973,6 +1251,7 @@ class CheckpointPaths(NamedTuple):
     splits: list[PathSplit]  # one per window seed
     rows: list[PathRow]  # path_table(splits): per k, mean and std over the seeds
     range90: tuple[int, int]  # effective_range of the mean share of the norm
+    model: RunModel  # what another run must share to be compared with this one
 
     @property
     def mean_k(self) -> float:
@@ -989,6 +1268,7 @@ def run_checkpoint_paths(
     *,
     mass: float = 0.9,
     fits: Callable[[Any], None] | None = None,
+    tick: Tick | None = None,
 ) -> list[CheckpointPaths]:
     """The split at x_0 at every checkpoint ``resgrad train --keep-every`` kept in ``run_dir``.
 
@@ -1010,6 +1290,8 @@ def run_checkpoint_paths(
     fits : callable, optional
         Called with each checkpoint's GPTConfig before its split; it raises to refuse one
         that would not fit in memory, as the CLI's check does.
+    tick : callable, optional
+        As :func:`split`'s.
 
     Returns
     -------
@@ -1019,36 +1301,32 @@ def run_checkpoint_paths(
     Raises
     ------
     ValueError
-        ``run_dir`` keeps no checkpoint per step, or its checkpoints' vocabularies differ.
+        ``run_dir`` keeps no checkpoint per step, or a checkpoint's scheme, shape or
+        vocabulary differs from the first's (:func:`check_comparable`).
     OSError
         ``run_dir`` is not a directory.
     """
     from resgrad.train.data import default_corpus
-    from resgrad.train.rundir import kept_checkpoints
     from resgrad.train.sample import load_model
 
-    if not os.path.isdir(run_dir):
-        raise NotADirectoryError(f"{run_dir!r} is not a directory (expected a training run's)")
-    kept = kept_checkpoints(run_dir)
-    if not kept:
-        raise ValueError(f"{run_dir!r} keeps no checkpoint per step (ckpt-<iter>.ckpt); "
-                         "train it with --keep-every N")  # fmt: skip
+    kept = _kept(run_dir)
     text = default_corpus() if text is None else text
     out: list[CheckpointPaths] = []
-    ids, vocab = None, None
+    ids, first = None, None
     for it, path in kept:
         model, tok, ckpt = load_model(path)
         if fits is not None:
             fits(model.cfg)
         if ids is None:  # one run, one tokenizer: the text is encoded once
-            ids, vocab = tok.encode(text), (ckpt.vocab, ckpt.tokenizer)
-        elif (ckpt.vocab, ckpt.tokenizer) != vocab:
-            raise ValueError(f"checkpoint {path!r} has another vocabulary than "
-                             f"{kept[0][1]!r}: not one run")  # fmt: skip
-        splits = model_splits(model, ids, seq, batch, seeds)
+            ids = tok.encode(text)
+        rm = run_model(model.cfg, ckpt, ids)
+        if first is None:
+            first = (path, rm)
+        check_comparable([first, (path, rm)], "checkpoint", "not one run")
+        splits = model_splits(model, ids, seq, batch, seeds, tick=tick)
         rows = path_table(splits)
         rng = effective_range([r.share_norm for r in rows], mass)
-        out.append(CheckpointPaths(it, path, splits, rows, rng))
+        out.append(CheckpointPaths(it, path, splits, rows, rng, rm))
     return out
 
 
@@ -1067,20 +1345,19 @@ class RunsRow(NamedTuple):
 def across_runs(results: Sequence[Sequence[CheckpointPaths]]) -> list[RunsRow]:
     """:func:`run_checkpoint_paths` of several training runs (e.g. seeds), side by side.
 
-    Only the iterations every run kept are compared; each value is the mean and std (ddof=1)
-    over the runs of that run's mean over its window seeds.
+    Only the iterations every run kept are compared, each run's own checkpoint of that
+    iteration; each value is the mean and std (ddof=1; 0 for one run) over the runs of that
+    run's mean over its window seeds.
 
     Raises
     ------
     ValueError
-        No run, runs of different path counts n, or no iteration kept by every run.
+        No run, runs that differ in scheme, shape, vocabulary or text tokens
+        (:func:`check_comparable`), or no iteration kept by every run.
     """
     if not results:
         raise ValueError("no run to compare")
-    ns = {r[0].splits[0].n for r in results}
-    if len(ns) != 1:
-        raise ValueError(f"the runs have different numbers of branches {sorted(ns)}; "
-                         "compare runs of one depth")  # fmt: skip
+    check_comparable([(os.path.dirname(r[0].path), r[0].model) for r in results], "run")
     by_run = [{c.iteration: c for c in r} for r in results]
     common = sorted(set.intersection(*(set(b) for b in by_run)))
     if not common:

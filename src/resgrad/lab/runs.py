@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import os
 import textwrap
+import warnings
 from collections.abc import Sequence
 
 import numpy as np
@@ -155,6 +156,8 @@ def compare_figure(
     from matplotlib.ticker import MaxNLocator
 
     (quantity,) = _check_quantities([quantity])
+    if isinstance(tail, bool) or not isinstance(tail, (int, float)) or not 0 < tail <= 1:
+        raise ValueError(f"tail must be a fraction of the steps in (0, 1], got {tail!r}")
     if len(dyns) < 1:
         raise ValueError("compare needs at least one run")
     for d in dyns:
@@ -175,7 +178,8 @@ def compare_figure(
             ax_step.plot(d.steps, vals[:, i], styles[j % len(styles)], color=color, lw=1.0,
                          label=f"{label}, block {i}", **point)  # fmt: skip
         n = max(1, int(round(tail * len(vals))))
-        with np.errstate(all="ignore"):
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # a block with no finite step: a gap
             prof = np.nanmean(np.where(np.isfinite(vals[-n:]), vals[-n:], np.nan), axis=0)
         ax_prof.plot(range(len(prof)), prof, "o-", ms=3.5, color=color, label=label)
     ax_loss.set_xlabel("iteration")

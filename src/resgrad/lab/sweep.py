@@ -56,7 +56,7 @@ from tqdm.auto import tqdm
 from resgrad.formats.atomic import atomic_write_text, remove_stale_temporaries
 from resgrad.formats.lock import hold_lock, lock_path_for
 from resgrad.formats.records import to_csv, to_json
-from resgrad.lab.flow import LOSSES, FlowConfig, profile, seed_tuple
+from resgrad.lab.flow import LOSSES, FlowConfig, positive_ints, profile, seed_tuple
 from resgrad.plots import PlotSpec, Series, plot_format, save_plot
 
 __all__ = [
@@ -95,20 +95,6 @@ ROW_FIELDS = (
 )
 
 
-def _int_tuple(name: str, values: Sequence[int]) -> tuple[int, ...]:
-    if isinstance(values, (int, str)) or not isinstance(values, Sequence):
-        raise TypeError(f"{name} must be a sequence, got {values!r}")
-    out = tuple(values)
-    if not out:
-        raise ValueError(f"{name} must list at least one value, got none")
-    for v in out:
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-            raise ValueError(f"{name} must hold positive integers, got {v!r}")
-    if len(set(out)) != len(out):
-        raise ValueError(f"{name} must be distinct, got {out!r}")
-    return tuple(int(v) for v in out)
-
-
 @dataclass(frozen=True)
 class SweepConfig:
     """The grid: every variant at every depth and width, at every seed."""
@@ -133,8 +119,8 @@ class SweepConfig:
         if len(set(variants)) != len(variants):
             raise ValueError(f"variants must be distinct, got {variants!r}")
         object.__setattr__(self, "variants", variants)
-        object.__setattr__(self, "depths", _int_tuple("depths", self.depths))
-        object.__setattr__(self, "widths", _int_tuple("widths", self.widths))
+        object.__setattr__(self, "depths", positive_ints("depths", self.depths))
+        object.__setattr__(self, "widths", positive_ints("widths", self.widths))
         what = "variants x depths x widths x seeds"
         per_seed = len(variants) * len(self.depths) * len(self.widths)
         if isinstance(self.seeds, (int, np.integer)) and not isinstance(self.seeds, bool):
@@ -457,9 +443,26 @@ def _sigterm_raises():
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
+def _bars_lock_threads_only() -> None:
+    """In a local worker, give tqdm a thread lock instead of the multiprocessing one it makes
+    on first use (a bar, even a disabled one, takes it).
+
+    That lock is a named POSIX semaphore, unlinked by a finalizer at the worker's exit. A
+    grid cut short (SIGTERM, Ctrl-C, a dead parent) kills its workers before any finalizer
+    runs, and the resource tracker then warned at the command's exit "There appear to be 2
+    leaked semaphore objects to clean up at shutdown". A worker's bars are its own (none is
+    shared with another process), so a thread lock is all they need.
+    """
+    from tqdm import tqdm as std_tqdm
+
+    if not isinstance(getattr(std_tqdm, "_lock", None), type(threading.RLock())):
+        std_tqdm.set_lock(threading.RLock())
+
+
 def _keyed(job: Callable[[object], list[dict]], key: str, point: object, parent: int | None):
-    if parent is not None:
+    if parent is not None:  # a local worker
         _die_with_parent(parent)
+        _bars_lock_threads_only()
     rows = job(point)
     _return_freed_memory()
     return key, rows

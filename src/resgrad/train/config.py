@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -221,19 +222,24 @@ def check_resumable(cfg: TrainConfig) -> None:
     check_matches_checkpoint(cfg, load_checkpoint(path).config.get("train", {}), path)
 
 
-def check_matches_checkpoint(cfg: TrainConfig, saved: dict, path: str) -> None:
-    """Raise ValueError unless every setting of ``cfg`` but RESUMABLE is the one ``saved``
-    (the ``"train"`` config of the checkpoint at ``path``) records."""
-    _refuse_changes(dataclasses.asdict(cfg), saved, path)
+def check_matches_checkpoint(
+    cfg: TrainConfig, saved: dict, path: str, may_change: Sequence[str] = RESUMABLE
+) -> None:
+    """Raise ValueError unless every setting of ``cfg`` but ``may_change`` is the one
+    ``saved`` (the ``"train"`` config of the checkpoint at ``path``) records."""
+    _refuse_changes(dataclasses.asdict(cfg), saved, path, tuple(may_change))
 
 
-def _refuse_changes(values: dict, saved: dict, path: str) -> None:
+def _refuse_changes(
+    values: dict, saved: dict, path: str, may_change: tuple[str, ...] = RESUMABLE
+) -> None:
     # a setting the checkpoint does not record is newer than it: see _BEFORE_RECORDED
     defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig)} | _BEFORE_RECORDED
     for k, v in values.items():
         was = saved.get(k, defaults[k])
-        if k not in RESUMABLE and was != v:
+        if k not in may_change and was != v:
+            why = f" (only {', '.join(RESUMABLE[:3])} may change on resume)"
             raise ValueError(
                 f"cannot resume {path!r}: {k} is {v!r} but the checkpoint was trained with "
-                f"{was!r} (only {', '.join(RESUMABLE[:3])} may change on resume)"
+                f"{was!r}" + (why if may_change == RESUMABLE else "")
             )

@@ -6,17 +6,17 @@ At every step of ``resgrad train`` one fixed-size binary record is appended to
 ``dynamics.bin`` in the run directory; ``dynamics.json`` beside it says how to read
 it (the NumPy dtype, L, what each quantity means). Per block i (0 = next to the input):
 
-==============  ====================================================================
-``grad``        ||g|| of all of block i's parameter gradients, before clipping
-``grad_attn``   the same, attention's parameters only (``attn.*``)
-``grad_mlp``    the same, the MLP's parameters only (``mlp.*``)
-``grad_ln``     the same, LayerNorm gains and biases (``ln1.*``, ``ln2.*``; ReZero: alpha)
-``update``      ||w_after - w_before|| / ||w_before|| over block i's parameters: the
-                "update:data ratio" people check against about 1e-3
-``stream_grad`` ||dL/dx_i||, the gradient of the residual stream at block i's input
-                (L + 1 values: the last is at the output of the last block)
-``act_rms``     RMS of block i's output, sqrt(mean(x_{i+1}^2))
-==============  ====================================================================
+===============  ====================================================================
+``grad``         ||g|| of all of block i's parameter gradients, before clipping
+``grad_attn``    the same, attention's parameters only (``attn.*``)
+``grad_mlp``     the same, the MLP's parameters only (``mlp.*``)
+``grad_ln``      the same, LayerNorm gains and biases (``ln1.*``, ``ln2.*``; ReZero: alpha)
+``update``       ||w_after - w_before|| / ||w_before|| over block i's parameters: the
+                 "update:data ratio" people check against about 1e-3
+``stream_grad``  ||dL/dx_i||, the gradient of the residual stream at block i's input
+                 (L + 1 values: the last is at the output of the last block)
+``act_rms``      RMS of block i's output, sqrt(mean(x_{i+1}^2))
+===============  ====================================================================
 
 and per step: ``step``, ``loss``, ``lr``, ``grad_norm`` (the global norm before
 clipping) and ``clipped`` (1 when clipping scaled the gradients down).
@@ -308,11 +308,18 @@ def read_dynamics(run_dir: str | os.PathLike) -> Dynamics:
     try:
         with open(head_path, encoding="utf-8") as f:
             head = json.load(f)
-        ok = head.get("format") == FORMAT and head.get("version") == VERSION
+        ok = head.get("format") == FORMAT
     except (OSError, ValueError, AttributeError):
         ok = False
     if not ok:
         raise ValueError(f"{head_path!r} is not a resgrad dynamics header (format {VERSION})")
+    version = head.get("version")
+    if type(version) is not int or version != VERSION:  # records of another layout: unread
+        newer = type(version) is int and version > VERSION
+        raise ValueError(
+            f"{head_path!r}: version is {version!r}; this resgrad reads version {VERSION}"
+            + (" (a newer resgrad wrote it: upgrade to read it)" if newer else "")
+        )
     dt = _header_dtype(head, head_path)
     data = np.fromfile(bin_path, dtype=np.uint8)  # (bytes,)
     n, torn = divmod(data.size, dt.itemsize)

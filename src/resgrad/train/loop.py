@@ -44,6 +44,7 @@ import json
 import math
 import os
 import shutil
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -333,9 +334,10 @@ def _fresh_model(cfg: TrainConfig, fits=None) -> tuple[Corpus, GPT]:
       (the memory check) sees its shape before its weights are read.
     """
     if cfg.init_from is not None:
-        from resgrad.train.pretrained import load_pretrained
+        from resgrad.train.source import PRETRAINED, load_source, resolve_source
 
-        model, tok = load_pretrained(cfg.init_from, meta=cfg.meta, fits=fits)
+        src = resolve_source(cfg.init_from, meta=cfg.meta, kinds=PRETRAINED, flag="init_from")
+        model, tok = load_source(src, fits=fits)
         if cfg.block_size > model.cfg.block_size:
             raise ValueError(
                 f"block_size {cfg.block_size} exceeds the context of {cfg.init_from!r}, "
@@ -377,20 +379,21 @@ def _checkpoint(run: _Run, it: int, best: float, config: dict) -> Checkpoint:
 
 
 def _open_trackers(log_to: LogConfig, cfg: TrainConfig, n_layer: int, start: int,
-                   wrote: list[str]) -> list[Tracker]:  # fmt: skip
-    """The run's dashboards; a TensorBoard directory and file it makes go into ``wrote``."""
+                   wrote: list[str], warn: Callable[[str], None]) -> list[Tracker]:  # fmt: skip
+    """The run's dashboards; the TensorBoard directories and file it makes go into ``wrote``;
+    a resume's damaged TensorBoard history is told to ``warn``."""
     if not log_to.to:
         return []
-    tb_dir = log_to.tensorboard_dir(cfg.out_dir)
-    made = "tensorboard" in log_to.to and not os.path.exists(tb_dir)
+    tb_dirs = (log_to.tensorboard_dir(cfg.out_dir), log_to.tensorboard_run(cfg.out_dir))
+    made = [d for d in tb_dirs if "tensorboard" in log_to.to and not os.path.exists(d)]
     try:
-        trackers = open_trackers(log_to, cfg.out_dir, n_layer, start, config_for(cfg))
+        trackers = open_trackers(log_to, cfg.out_dir, n_layer, start, config_for(cfg),
+                                 resume=cfg.resume, say=warn)  # fmt: skip
     except BaseException:
         if made:  # it holds only what open_trackers began to write
-            shutil.rmtree(tb_dir, ignore_errors=True)
+            shutil.rmtree(made[0], ignore_errors=True)
         raise
-    if made:
-        wrote.append(tb_dir)
+    wrote += made
     wrote += [t.file.path for t in trackers if isinstance(t, TensorBoard)]
     return trackers
 
@@ -505,13 +508,14 @@ def _train(
         unit="it", dynamic_ncols=True, desc=f"train {cfg.variant}",
     )  # fmt: skip
     say = log if log is not None else (lambda s: bar.write(s))
+    warn = log if log is not None else (lambda s: bar.write(s, file=sys.stderr))  # damage
     if run.repaired:
         say(run.repaired)
     # on resume, the evaluation at the checkpoint's iteration is in the metrics already,
     # unless they were damaged: then it is run again (same batches, same numbers)
     evaluated = any(r["kind"] == "eval" and r["iter"] == start for r in records)
-    trackers = _open_trackers(log_to, cfg, L, start, wrote)  # closed in the finally below
-    if start and evaluated:  # a resume: its trackers dropped the steps from here on
+    trackers = _open_trackers(log_to, cfg, L, start, wrote, warn)  # closed in the finally below
+    if cfg.resume and evaluated:  # a resume: its trackers dropped the steps from here on
         at_start = next(r for r in records if r["kind"] == "eval" and r["iter"] == start)
         for t in trackers:
             t.scalars(start, eval_scalars(at_start))

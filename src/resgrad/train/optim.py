@@ -271,16 +271,24 @@ class AdamW:
             raise ValueError(
                 f"optimizer state does not match the parameters: missing {missing}, extra {extra}"
             )
-        for k, p in self.params.items():
-            for s, buf in (("m", self.m), ("v", self.v)):
+        step = np.asarray(state["step"])  # () int64, as state_dict writes it
+        if step.shape != () or not np.issubdtype(step.dtype, np.integer) or step < 0:
+            raise ValueError(
+                f"optimizer state step is {state['step']!r}; expected one integer >= 0 "
+                "(the steps taken)"
+            )
+        for k, p in self.params.items():  # every array checked before any is taken
+            for s in "mv":
                 a = state[f"{s}.{k}"]
                 if a.shape != p.shape or a.dtype != p.dtype:
                     raise ValueError(
                         f"optimizer state {s}.{k} has shape {a.shape} {a.dtype}, "
                         f"expected {p.shape} {p.dtype}"
                     )
-                buf[k] = np.array(a, copy=True, order="C")
-        self.step_count = int(state["step"])
+        for k in self.params:
+            self.m[k] = np.array(state[f"m.{k}"], copy=True, order="C")
+            self.v[k] = np.array(state[f"v.{k}"], copy=True, order="C")
+        self.step_count = int(step)
 
 
 def grad_norms(grads: Mapping[str, np.ndarray]) -> dict[str, float]:

@@ -31,8 +31,8 @@ from resgrad.train.bpe import BPETokenizer, char_tokenizer_json, check_vocab, lo
 from resgrad.train.data import CharTokenizer
 from resgrad.train.sample import continue_text, load_model
 
-__all__ = ["encode_prompt", "export_checkpoint", "find_nanogpt_meta", "load_pretrained",
-           "sample_pretrained"]  # fmt: skip
+__all__ = ["check_meta_file", "encode_prompt", "export_checkpoint", "find_nanogpt_meta",
+           "load_pretrained", "sample_pretrained"]  # fmt: skip
 
 META = "meta.pkl"  # nanoGPT's vocabulary file, data/<dataset>/meta.pkl
 
@@ -40,16 +40,34 @@ META = "meta.pkl"  # nanoGPT's vocabulary file, data/<dataset>/meta.pkl
 def find_nanogpt_meta(ckpt_path: str | os.PathLike, config: dict[str, Any]) -> str | None:
     """Where nanoGPT's ``sample.py`` would find the checkpoint's ``meta.pkl``, or None.
 
-    ``data/<config["dataset"]>/meta.pkl``, looked for under the working directory
-    (sample.py's rule: it runs from nanoGPT's root), then under the checkpoint's directory
-    and the one above it (``out-shakespeare-char/ckpt.pt`` beside ``data/``). A
-    ``dataset`` that is not a plain name (a path, empty, not a string) finds nothing.
+    sample.py opens ``os.path.join('data', checkpoint['config']['dataset'], 'meta.pkl')``
+    relative to the working directory. resgrad looks for ``data/<dataset>/meta.pkl`` under,
+    in this order, the first that exists winning:
+
+    1. the working directory (sample.py's own rule: it runs from nanoGPT's root);
+    2. the checkpoint's directory (the directory of the ``.pt`` file, not the file);
+    3. the directory above it (nanoGPT's layout: ``out-shakespeare-char/ckpt.pt`` beside
+       ``data/``).
+
+    A config without ``dataset`` (older files) finds nothing (None).
+
+    Raises
+    ------
+    ValueError
+        A ``dataset`` that is not one directory name under ``data/`` (not a string, empty,
+        ``.``, ``..``, holding a ``/``, ``\\`` or NUL): sample.py would read a meta.pkl
+        outside ``data/``; it is named, and ``--meta PATH`` passes the vocabulary instead.
     """
     dataset = config.get("dataset")
-    if not isinstance(dataset, str) or not dataset or os.path.basename(dataset) != dataset:
+    if dataset is None:
         return None
-    if dataset in (".", ".."):
-        return None
+    plain = isinstance(dataset, str) and dataset not in ("", ".", "..")
+    if not plain or any(c in dataset for c in "/\\\0"):  # a / also starts an absolute path
+        raise ValueError(
+            f"{os.fspath(ckpt_path)!r}: its config's dataset is {dataset!r}; expected one "
+            f"directory name under data/ (nanoGPT's data/<dataset>/{META}): pass the "
+            "vocabulary with --meta PATH"
+        )
     here = os.path.dirname(os.path.abspath(os.fspath(ckpt_path)))
     for base in (os.getcwd(), here, os.path.dirname(here)):
         path = os.path.join(base, "data", dataset, META)
@@ -58,13 +76,21 @@ def find_nanogpt_meta(ckpt_path: str | os.PathLike, config: dict[str, Any]) -> s
     return None
 
 
+def check_meta_file(meta: str) -> None:
+    """Refuse, in one line, a ``meta.pkl`` path (``--meta``) that is not a file."""
+    if os.path.isdir(meta):
+        raise ValueError(f"meta.pkl {meta!r} is a directory; expected a file, nanoGPT's "
+                         "data/<dataset>/meta.pkl")  # fmt: skip
+    if not os.path.isfile(meta):
+        raise ValueError(f"meta.pkl {meta!r} does not exist; expected nanoGPT's "
+                         "data/<dataset>/meta.pkl")  # fmt: skip
+
+
 def _meta_tokenizer(meta: str, model: GPT, name: str) -> CharTokenizer:
     """The character tokenizer of nanoGPT's ``meta.pkl``, which must be the model's vocabulary."""
     from resgrad.formats.nanogpt import meta_vocabulary, read_meta_pkl
 
-    if not os.path.isfile(meta):
-        raise ValueError(f"meta.pkl {meta!r} does not exist; expected nanoGPT's "
-                         "data/<dataset>/meta.pkl")  # fmt: skip
+    check_meta_file(meta)
     tok = CharTokenizer(meta_vocabulary(read_meta_pkl(meta), where=meta))
     if tok.vocab_size != model.cfg.vocab_size:
         raise ValueError(
@@ -157,7 +183,10 @@ def encode_prompt(tok: Any, text: str, block_size: int) -> np.ndarray:
     """
     if not text:
         raise ValueError("the start text is empty; give at least one character")
-    ids = tok.encode(text)  # (N,)
+    try:
+        ids = tok.encode(text)  # (N,)
+    except ValueError as e:  # a character-level model: characters outside its vocabulary
+        raise ValueError(f"start text: {e}") from None
     if len(ids) == 0:
         raise ValueError(f"the start text {text[:20]!r} encodes to no tokens")
     if len(ids) > block_size:
@@ -216,5 +245,5 @@ def export_checkpoint(
     """
     model, tok, _ = load_model(path, best)
     tj = tok.to_json() if isinstance(tok, BPETokenizer) else char_tokenizer_json(tok.chars)
-    export_hf(model, out_dir, tokenizer_json=tj, force=force)
+    export_hf(model, out_dir, tokenizer_json=tj, force=force, reads=[path])
     return "tokenizer.json"
