@@ -47,7 +47,8 @@ def test_flow_csv_and_table(capsys):
     assert {r["loss"] for r in rows} == {"randn"} and rows[0]["quantity"] == "stream_grad"
     assert main(["flow", "--variant", "lesson-plain", "--depth", "5", "--init", "xavier"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert "grad mean" in lines[0] and len(lines) == 2 + 6
+    assert lines[0] == "gradient flow at initialization (lesson:0.5 init, L=5)"
+    assert "grad mean" in lines[1] and len(lines) == 3 + 6
 
 
 def test_flow_plot_png_and_svg(tmp_path, capsys):

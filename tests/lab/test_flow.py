@@ -136,7 +136,8 @@ def test_csv_and_json_carry_every_record_at_full_precision():
 def test_table_lists_every_layer():
     recs = measure(FlowConfig(variant="lesson-residual", depth=4, width=8, batch=2))
     lines = format_records(recs).splitlines()
-    assert "grad mean" in lines[0] and len(lines) == 2 + 5
+    assert lines[0] == "gradient flow at initialization (lesson:0.5 init, L=4)"
+    assert "grad mean" in lines[1] and len(lines) == 3 + 5
 
 
 # -- what is measured is what the model computes ---------------------------------------
@@ -376,7 +377,7 @@ def test_aggregate_by_hand_is_mean_population_std_min_max_over_seeds_per_layer()
               and r.quantity == "stream_grad"]  # fmt: skip
     assert (one.mean, one.std, one.min, one.max, one.n_seeds) == (2.0, 0.0, 2.0, 2.0, 1)
     lines = format_records(recs).splitlines()
-    assert lines[2].split("|")[2:6] == [f" {3.0:>11.4e} ", f" {(14 / 3) ** 0.5:>10.3e} ",
+    assert lines[3].split("|")[2:6] == [f" {3.0:>11.4e} ", f" {(14 / 3) ** 0.5:>10.3e} ",
                                         f" {1.0:>10.3e} ", f" {6.0:>10.3e} "]  # fmt: skip
 
 

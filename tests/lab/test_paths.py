@@ -600,3 +600,12 @@ def test_the_progress_bar_counts_the_vjps_and_shows_only_when_asked_or_long(monk
     monkeypatch.setattr("sys.stderr", Tty())
     assert not paths.work_bar(long).disable  # long, on a terminal
     assert paths.work_bar(w).disable
+
+
+def test_the_figure_names_x_0_as_what_it_is_the_lessons_input_or_the_embeddings():
+    """The lesson's stack has no embeddings: its x_0 is the stack's input."""
+    lesson, _ = _lesson_splits((42,))
+    _, _, chain = _chain("pre-ln")
+    for splits, x0 in ((lesson, "the stack's input"), ([paths.split(chain)], "the embeddings'")):
+        ax_h = next(a for a in paths.path_figure(splits).axes if a.images)
+        assert ax_h.get_ylabel().startswith(f"boundary i (x_0: {x0}"), ax_h.get_ylabel()

@@ -83,3 +83,19 @@ def test_a_seq_beyond_the_models_context_is_refused(model):
         measure_model(model, ids, seq=9, batch=1)
     with pytest.raises(ValueError, match="seeds must be distinct"):
         measure_model(model, ids, seq=4, batch=1, seeds=(1, 1))
+
+
+def test_the_figure_and_the_table_name_the_model_measured_not_initialization(model):
+    from resgrad.lab.flow import FlowConfig, flow_plot_spec, format_records, measure
+
+    ids = np.arange(60) % 23
+    recs = measure_model(model, ids, seq=8, batch=2, seeds=(0,), name="tiny-dir")
+    spec = flow_plot_spec(recs)
+    assert spec.title == "Gradient flow of tiny-dir (pre-ln, L=2, C=8): stream_grad per layer"
+    assert [s.label for s in spec.series] == ["tiny-dir (pre-ln)"]
+    assert format_records(recs).splitlines()[0] == "gradient flow tiny-dir (pre-ln, L=2, C=8)"
+    init = measure(FlowConfig(variant="pre-ln", depth=3, width=8, heads=2, seq=4, batch=2,
+                              init="xavier", seeds=(0,)))  # fmt: skip
+    assert flow_plot_spec(init).title == (
+        "Gradient flow at initialization (xavier init, L=3): stream_grad per layer"
+    )

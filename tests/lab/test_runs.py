@@ -41,7 +41,8 @@ def test_heatmaps_draw_the_recorded_values(runs):
         np.testing.assert_array_equal(np.asarray(image.get_array()), dyn[q].T)  # (L, N)
         assert image.norm.__class__.__name__ == "LogNorm"
         lines = fig.axes[2 * r + 1].get_lines()
-        assert [ln.get_label() for ln in lines] == ["block 0", "block 1", "block 2"]
+        where = "boundary" if q == "stream_grad" else "block"  # x_i sits between blocks
+        assert [ln.get_label() for ln in lines] == [f"{where} {i}" for i in range(3)]
         np.testing.assert_array_equal(lines[2].get_ydata(), dyn[q][:, 2])
 
 

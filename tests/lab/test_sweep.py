@@ -410,6 +410,10 @@ def test_the_plot_is_the_mean_and_the_band_the_min_and_max_over_seeds_by_hand():
     assert list(s.y) == [5.0, 3.0]  # (10 + 4 + 1) / 3, (1 + 2 + 6) / 3
     assert list(s.lo) == [1.0, 1.0] and list(s.hi) == [10.0, 6.0]
     assert spec.notes == ("C=8, T=4, B=2, loss lm; mean over 3 seed(s), band = min..max",)
+    # the title names the init and the depth range: two sweeps' figures tell themselves apart
+    assert spec.title.endswith("against depth L = 1..4,\nat initialization (gpt2 init)")
+    xavier = sweep_plot_spec([{**r, "init": "xavier"} for r in rows])
+    assert xavier.title.endswith("(xavier init)")
     one = sweep_plot_spec([_row("post-ln", 8, 2, 7, 3.0), _row("post-ln", 16, 2, 7, 4.0)])
     assert [(s.label, list(s.y), s.lo, s.hi) for s in one.series] == [
         ("post-ln C=8", [3.0], None, None), ("post-ln C=16", [4.0], None, None)]  # fmt: skip

@@ -68,6 +68,7 @@ __all__ = [
     "Profile",
     "aggregate",
     "all_variants",
+    "describe",
     "flow_plot_spec",
     "format_records",
     "lesson_per_layer",
@@ -477,16 +478,33 @@ def records_to_csv(records: Sequence[FlowRecord]) -> str:
     return to_csv([r.as_dict() for r in records], RECORD_FIELDS)
 
 
+PRETRAINED = "pretrained:"  # a FlowRecord's init for a loaded model: pretrained:<name>
+
+
+def describe(records: Sequence[FlowRecord]) -> str:
+    """What ``records`` measured, in one line: each loaded model by name, scheme, L and C;
+    or stacks "at initialization", with their init and depth (or depth range)."""
+    loaded = dict.fromkeys((r.init[len(PRETRAINED):], r.variant, r.depth, r.width)
+                           for r in records if r.init.startswith(PRETRAINED))  # fmt: skip
+    if loaded:
+        return "; ".join(f"{n} ({v}, L={d}, C={w})" for n, v, d, w in loaded)
+    inits = ", ".join(dict.fromkeys(r.init for r in records))
+    Ls = sorted({r.depth for r in records})
+    depth = f"L={Ls[0]}" if len(Ls) == 1 else f"L={Ls[0]}..{Ls[-1]}"
+    return f"at initialization ({inits} init, {depth})"
+
+
 def format_records(records: Sequence[FlowRecord]) -> str:
-    """A readable table: per variant and layer, the stream gradient (with its spread
-    over the seeds), the stream activation and the block's parameter gradient."""
+    """A readable table under a line that says what was measured (:func:`describe`): per
+    variant and layer, the stream gradient (with its spread over the seeds), the stream
+    activation and the block's parameter gradient."""
     by = {(r.variant, r.depth, r.width, r.layer, r.quantity): r for r in records}
     stacks = list(dict.fromkeys((r.variant, r.depth, r.width) for r in records))
     header = (
         f"{'variant':>15} | {'layer':>5} | {'grad mean':>11} | {'grad std':>10} | "
         f"{'grad min':>10} | {'grad max':>10} | {'act mean':>10} | {'param grad':>10}"
     )
-    lines = [header, "-" * len(header)]
+    lines = [f"gradient flow {describe(records)}", header, "-" * len(header)]
     for v, d, w in stacks:
         for i in range(d + 1):
             g, a = by[(v, d, w, i, "stream_grad")], by[(v, d, w, i, "stream_act")]
@@ -524,6 +542,9 @@ def flow_plot_spec(records: Sequence[FlowRecord], quantity: str = "stream_grad")
             (r for r in rows if (r.variant, r.depth, r.width) == (v, d, w)), key=lambda r: r.layer
         )
         label = v + (f" L={d}" if len(depths) > 1 else "") + (f" C={w}" if len(widths) > 1 else "")
+        init = next(r.init for r in rows if (r.variant, r.depth, r.width) == (v, d, w))
+        if init.startswith(PRETRAINED):  # a loaded model: its name first
+            label = f"{init[len(PRETRAINED):]} ({label})"
         band = rs[0].n_seeds > 1
         series.append(
             Series(
@@ -545,7 +566,8 @@ def flow_plot_spec(records: Sequence[FlowRecord], quantity: str = "stream_grad")
     if ":" in quantity:
         ylabel = f"||dL/d {quantity.split(':', 1)[1]}|| at layer i"
     return PlotSpec(
-        title=f"Gradient flow at initialization: {quantity} per layer",
+        title=f"Gradient flow {'of ' if rows[0].init.startswith(PRETRAINED) else ''}"
+        f"{describe(rows)}: {quantity} per layer",
         xlabel="layer index i (0 = input side)",
         ylabel=ylabel,
         series=tuple(series),

@@ -1088,7 +1088,8 @@ def path_figure(
     ax_h.set_title(f"(d) share of ||dL/dx_i|| by path length, mean over {S} seed(s); white "
                    "outline: the 90% range; blank: no path", fontsize=9, loc="left")  # fmt: skip
     ax_h.set_xlabel("path length k")
-    ax_h.set_ylabel("boundary i (x_0: the embeddings' output)")
+    x0 = "the stack's input" if splits[0].label.startswith("lesson:") else "the embeddings' output"
+    ax_h.set_ylabel(f"boundary i (x_0: {x0})")
     ax_h.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax_h.yaxis.set_major_locator(MaxNLocator(integer=True))
     if S > 1:

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from resgrad.lab.flow import FlowConfig, FlowRecord, Profile, _lm_profile, aggregate
+from resgrad.lab.flow import PRETRAINED, FlowConfig, FlowRecord, Profile, _lm_profile, aggregate
 from resgrad.nn.model import GPT, GPTConfig
 
 __all__ = ["check_seq", "measure_model", "text_windows"]
@@ -77,4 +77,4 @@ def measure_model(
         tokens = text_windows(ids, seq, batch, s)  # (B, T + 1)
         # flow's "lm" pass on this model as it is (its dtype, its ln_eps): no re-initialization
         profiles.append(_lm_profile(cfg, s, model, tokens, None))
-    return [dataclasses.replace(r, init=f"pretrained:{name}") for r in aggregate(cfg, profiles)]
+    return [dataclasses.replace(r, init=f"{PRETRAINED}{name}") for r in aggregate(cfg, profiles)]

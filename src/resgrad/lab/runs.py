@@ -111,7 +111,8 @@ def dynamics_figure(
         ax_map.set_title(f"{q}: {PER_BLOCK[q]}", fontsize=9, loc="left")
         point = {"marker": "o", "ms": 4} if len(steps) == 1 else {}  # a line draws nothing
         for i in layers:
-            ax_line.plot(steps, vals[:, i], lw=1.0, label=f"block {i}", **point)
+            where = "boundary" if q == "stream_grad" else "block"  # x_i is a boundary's
+            ax_line.plot(steps, vals[:, i], lw=1.0, label=f"{where} {i}", **point)
         ax_line.set_yscale("log", nonpositive="mask")
         ax_line.grid(True, alpha=0.3)
         ax_line.legend(fontsize=7, loc="best")

@@ -654,8 +654,11 @@ def sweep_plot_spec(rows: Sequence[dict]) -> PlotSpec:
     note = f"{shape}, T={r0['seq']}, B={r0['batch']}, loss {losses}; mean over {k} seed(s)"
     if k > 1:
         note += ", band = min..max"
+    inits = ", ".join(dict.fromkeys(r["init"] for r in inputs))
+    Ls = sorted({r["depth"] for r in inputs})
     return PlotSpec(
-        title="Gradient reaching the input (layer 0) against depth, at initialization",
+        title=f"Gradient reaching the input (layer 0) against depth L = {Ls[0]}..{Ls[-1]},\n"
+        f"at initialization ({inits} init)",
         xlabel="depth L (blocks)",
         ylabel="||dL/dx_0||",
         series=tuple(series),
