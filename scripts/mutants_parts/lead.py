@@ -20,3 +20,26 @@ MUTANTS = [
            "        model, tok = load_pretrained(cfg.init_from, meta=cfg.meta, fits=fits)",
            ("tests/train/test_pretrained.py",), "refusal"),
 ]  # fmt: skip
+
+TITLES = [
+    Mutant("flow: a loaded model's figure is titled 'at initialization'", "lab/flow.py",
+           '''        title=f"Gradient flow {'of ' if rows[0].init.startswith(PRETRAINED) else ''}"''',
+           '''        title=f"Gradient flow at initialization {'of ' if rows[0].init.startswith(PRETRAINED) else ''}"''',
+           ("tests/lab/test_realflow.py",), "names"),
+    Mutant("flow: the legend names the scheme, not the loaded model", "lab/flow.py",
+           '''            label = f"{init[len(PRETRAINED):]} ({label})"''',
+           '''            label = label''', ("tests/lab/test_realflow.py",), "names"),
+    Mutant("flow: the init's depth range names only the first depth", "lab/flow.py",
+           '''    depth = f"L={Ls[0]}" if len(Ls) == 1 else f"L={Ls[0]}..{Ls[-1]}"''',
+           '''    depth = f"L={Ls[0]}"''', ("tests/lab/test_realflow.py", "tests/cli/test_cli_flow.py"), "names"),
+    Mutant("sweep: the title names no init", "lab/sweep.py",
+           '''        f"at initialization ({inits} init)",''',
+           '''        "at initialization",''', ("tests/lab/test_sweep.py",), "names"),
+    Mutant("paths: the lesson's x_0 is called the embeddings' output", "lab/paths.py",
+           '''    x0 = "the stack's input" if splits[0].label.startswith("lesson:") else "the embeddings' output"''',
+           '''    x0 = "the embeddings' output"''', ("tests/lab/test_paths.py",), "names"),
+    Mutant("runs: stream_grad's lines are called blocks", "lab/runs.py",
+           '''            where = "boundary" if q == "stream_grad" else "block"  # x_i is a boundary's''',
+           '''            where = "block"''', ("tests/lab/test_runs.py",), "names"),
+]  # fmt: skip
+MUTANTS += TITLES

@@ -62,9 +62,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     _common.add_threads(p)
     p.add_argument(
         "--from-pretrained",
-        metavar="DIR_OR_NAME",
-        help="profile a trained GPT-2 instead (a directory, a hub name such as gpt2, or a "
-        "nanoGPT ckpt.pt) on windows of --text; --seq, --batch, --seeds apply",
+        metavar="SOURCE",
+        help="profile a trained model instead, on windows of --text: a resgrad run directory "
+        "or checkpoint, a Hugging Face GPT-2 directory or hub name (gpt2), or a nanoGPT "
+        "ckpt.pt; --seq, --batch, --seeds apply",
     )
     p.add_argument("--text", metavar="FILE", help="UTF-8 text for --from-pretrained")
     p.add_argument(

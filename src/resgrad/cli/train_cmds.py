@@ -104,7 +104,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     src.add_argument(
         "--from-pretrained",
-        metavar="DIR_OR_NAME",
+        metavar="SOURCE",
         help="a Hugging Face GPT-2 directory, a hub name (gpt2, owner/name), a nanoGPT ckpt.pt, "
         "or a resgrad run directory or checkpoint file",
     )
