@@ -126,7 +126,8 @@ MUTANTS = [
            'check_comparable([(n, r.model) for n, r in zip(names, results)], "run")',
            "None", LAB, "refusal"),
     Mutant("lesion: the time budget compared with the number of passes", F,
-           "if cost.seconds > budget:", "if cost.passes > budget:", LAB, "refusal"),
+           "refuse_over_budget(cost.seconds, budget, what, counts, more)",
+           "refuse_over_budget(cost.passes, budget, what, counts, more)", LAB, "refusal"),
     Mutant("lesion: the memory estimate leaves out the logits", F,
            "+ 6 * B * T * V)  # fmt: skip", ")  # fmt: skip", LAB, "refusal"),
     # records and names

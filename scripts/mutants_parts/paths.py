@@ -130,7 +130,7 @@ MUTANTS = [
            "memory.require(memory.paths_bytes(m, args.seq, args.batch) + paths.veit_bytes(veit),",
            "memory.require(memory.paths_bytes(m, args.seq, args.batch),", CLI, "bounds"),
     Mutant("paths: work exactly at the budget is refused", P,
-           "if work.seconds > budget:", "if work.seconds >= budget:", LAB, "bounds"),
+           "    if seconds > budget:\n        need", "    if seconds >= budget:\n        need", LAB, "bounds"),
     Mutant("paths: a --seq of exactly the model's positions is refused", C,
            "if args.seq > m.block_size:", "if args.seq >= m.block_size:", CLI, "bounds"),
     Mutant("paths: the split ticks one VJP a step", P,

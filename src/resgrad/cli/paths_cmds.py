@@ -39,22 +39,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="run directory, checkpoint, model, or lesson; with --every-checkpoint, one or "
         "more run directories (e.g. one per seed: mean ± std over them)",
     )
-    p.add_argument("--text", metavar="FILE", help="UTF-8 text (default: the built-in corpus)")
-    p.add_argument("--meta", metavar="PATH", help="nanoGPT's meta.pkl for a ckpt.pt")
-    p.add_argument("--best", action="store_true", help="a run directory's best.ckpt")
-    p.add_argument("--seq", type=_common.positive_int, default=64, help="T (default: 64)")
-    p.add_argument("--batch", type=_common.positive_int, default=4, help="B (default: 4)")
-    p.add_argument(
-        "--seeds",
-        type=_common.seeds,
-        default=None,
-        help="batches to average over: a count K (seeds 0..K-1) or a list such as 3,5 or "
-        "3-5 (default for a model: 3, mean ± std over the batches of seeds 0, 1, 2; for the "
-        "lesson, the seeds of its bank of matrices, default 42: the lesson's own table)",
-    )
-    p.add_argument("--depth", type=_common.positive_int, default=20,
-                   help="the lesson's N (default: 20)")  # fmt: skip
-    p.add_argument("--plain", action="store_true", help="the lesson's stack without + x")
+    _common.add_model_input(p)
     p.add_argument(
         "--veit",
         type=_common.positive_int,

@@ -57,7 +57,6 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-import math
 import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -73,6 +72,7 @@ from resgrad.lab.paths import (
     check_comparable,
     format_seconds,
     plan_runs,
+    refuse_over_budget,
     run_model,
 )
 from resgrad.lab.realflow import check_seq, text_windows
@@ -442,21 +442,15 @@ def lesson_cost(lesions: Sequence[Lesion], seeds: int) -> Cost:
 
 
 def require_time(cost: Cost, budget: float, what: str, more: str) -> None:
-    """Refuse, in one line, a study estimated to take longer than ``budget`` seconds; the
-    message names ``what``, the estimate, its counts, the budget and ``more`` (how to ask
-    for more time, formatted with the ``seconds`` it would take).
+    """Refuse, in one line, a study estimated to take longer than ``budget`` seconds
+    (:func:`resgrad.lab.paths.refuse_over_budget`, counting its passes and block forwards).
 
     Raises
     ------
     ValueError
     """
-    if cost.seconds > budget:
-        need = math.ceil(cost.seconds * 1.25)  # room for the estimate's error
-        raise ValueError(
-            f"{what} would take about {format_seconds(cost.seconds)} ({cost.passes:,} "
-            f"lesioned forward passes, {cost.blocks:,} block forwards; an estimate), more "
-            f"than the budget of {format_seconds(budget)}; " + more.format(seconds=need)
-        )
+    counts = f"{cost.passes:,} lesioned forward passes, {cost.blocks:,} block forwards"
+    refuse_over_budget(cost.seconds, budget, what, counts, more)
 
 
 def progress_bar(cost: Cost, progress: bool | None = None):

@@ -105,6 +105,7 @@ __all__ = [
     "path_table",
     "paths_in_range",
     "plan_runs",
+    "refuse_over_budget",
     "require_time",
     "run_checkpoint_paths",
     "run_model",
@@ -931,23 +932,35 @@ def format_seconds(t: float) -> str:
     return f"{t / 86400:,.1f} days"
 
 
-def require_time(work: Work, budget: float, what: str, more: str) -> None:
-    """Refuse, in one line, work estimated to take longer than ``budget`` seconds.
+def refuse_over_budget(seconds: float, budget: float, what: str, counts: str, more: str) -> None:
+    """Refuse, in one line, a job estimated to take ``seconds``, longer than ``budget``: the
+    one message of every estimated job (the splits here, :mod:`resgrad.lab.lesion`'s studies).
 
-    The message names ``what``, the estimate, the budget, and ``more``: how to ask for
-    more time (e.g. ``"pass --budget {seconds}"``, formatted with the budget it would take).
+    The message names ``what``, the estimate and the ``counts`` it comes from, the budget,
+    and ``more``: how to ask for more time (e.g. ``"pass --budget {seconds}"``, formatted
+    with the budget it would take).
 
     Raises
     ------
     ValueError
     """
-    if work.seconds > budget:
-        need = math.ceil(work.seconds * 1.25)  # room for the estimate's error
+    if seconds > budget:
+        need = math.ceil(seconds * 1.25)  # room for the estimate's error
         raise ValueError(
-            f"{what} would take about {format_seconds(work.seconds)} ({work.vjps:,} branch "
-            f"VJPs; an estimate), more than the budget of {format_seconds(budget)}; "
-            + more.format(seconds=need)
+            f"{what} would take about {format_seconds(seconds)} ({counts}; an estimate), "
+            f"more than the budget of {format_seconds(budget)}; " + more.format(seconds=need)
         )
+
+
+def require_time(work: Work, budget: float, what: str, more: str) -> None:
+    """Refuse, in one line, work estimated to take longer than ``budget`` seconds
+    (:func:`refuse_over_budget`, counting its branch VJPs).
+
+    Raises
+    ------
+    ValueError
+    """
+    refuse_over_budget(work.seconds, budget, what, f"{work.vjps:,} branch VJPs", more)
 
 
 def work_bar(work: Work, progress: bool | None = None, desc: str = "paths"):
