@@ -31,7 +31,7 @@ TITLES = [
            '''            label = label''', ("tests/lab/test_realflow.py",), "names"),
     Mutant("flow: the init's depth range names only the first depth", "lab/flow.py",
            '''    depth = f"L={Ls[0]}" if len(Ls) == 1 else f"L={Ls[0]}..{Ls[-1]}"''',
-           '''    depth = f"L={Ls[0]}"''', ("tests/lab/test_realflow.py", "tests/cli/test_cli_flow.py"), "names"),
+           '''    depth = f"L={Ls[0]}"''', ("tests/lab/test_flow.py", "tests/lab/test_realflow.py"), "names"),
     Mutant("sweep: the title names no init", "lab/sweep.py",
            '''        f"at initialization ({inits} init)",''',
            '''        "at initialization",''', ("tests/lab/test_sweep.py",), "names"),

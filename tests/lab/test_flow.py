@@ -419,3 +419,12 @@ def test_positive_ints_refuses_a_value_twice_and_below_one():
                      ((), "depths must list at least one value")):  # fmt: skip
         with pytest.raises(ValueError, match=msg):
             positive_ints("depths", bad)
+
+
+def test_describe_names_the_init_and_the_depth_range_of_stacks_at_init():
+    from resgrad.lab.flow import describe
+
+    recs = [r for d in (4, 2) for r in measure(FlowConfig(variant="lesson-residual", depth=d,
+                                                          width=8, batch=2))]  # fmt: skip
+    assert describe(recs) == "at initialization (lesson:0.5 init, L=2..4)"
+    assert describe([r for r in recs if r.depth == 4]) == "at initialization (lesson:0.5 init, L=4)"
