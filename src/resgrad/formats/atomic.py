@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import BinaryIO
 
 __all__ = [
+    "holds",
     "atomic_write",
     "atomic_write_bytes",
     "atomic_write_text",
@@ -107,6 +108,13 @@ def remove_dead_temporaries(path: str | os.PathLike) -> list[str]:
         except FileNotFoundError:  # another writer removed it first
             pass
     return removed
+
+
+def holds(directory: str | os.PathLike, path: str | os.PathLike) -> bool:
+    """Whether ``directory`` is ``path`` or one of its parents (links resolved): what a
+    command that replaces ``directory`` whole must never do to a ``path`` it reads."""
+    d, p = os.path.realpath(directory), os.path.realpath(path)
+    return os.path.commonpath([d, p]) == d
 
 
 def check_destination(path: str | os.PathLike) -> None:

@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from resgrad.formats.atomic import remove_stale_staging, staged_dir
+from resgrad.formats.atomic import holds, remove_stale_staging, staged_dir
 from resgrad.nn.model import GPT, GPTConfig
 
 __all__ = [
@@ -678,10 +678,10 @@ def _check_export_dir(d: str, force: bool, reads: Sequence[str] = ()) -> bool:
     reads (``reads``: a checkpoint file named as a model's file too), as export replaces
     the directory."""
     for src in reads:
-        real_d, real_src = os.path.realpath(d), os.path.realpath(src)
-        if os.path.commonpath([real_d, real_src]) == real_d:
+        if holds(d, src):
+            same = os.path.realpath(d) == os.path.realpath(src)
             raise ValueError(
-                f"{d!r} {'is' if real_d == real_src else 'holds'} {os.fspath(src)!r}, which "
+                f"{d!r} {'is' if same else 'holds'} {os.fspath(src)!r}, which "
                 "the export reads; export writes the directory as a whole: choose a new or "
                 "empty directory"
             )

@@ -66,7 +66,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from resgrad.formats.atomic import atomic_write_text, staged_dir
+from resgrad.formats.atomic import atomic_write_text, holds, staged_dir
 from resgrad.formats.events import (
     EventFile,
     event_files,
@@ -602,7 +602,7 @@ def export_many(cells: Sequence[tuple[str, str]], logdir: str, *,
     (nor, so, the experiment directory that holds them).
     """
     for _, src in cells:
-        if _holds(logdir, src):
+        if holds(logdir, src):
             same = os.path.realpath(logdir) == os.path.realpath(src)
             raise ValueError(
                 f"{logdir!r} {'is' if same else 'holds'} {src!r}, which the export reads; "
@@ -630,12 +630,6 @@ def _export_run(run_dir: str, logdir: str) -> Exported:
         tb.close()
     n_evals = sum(r["kind"] == "eval" for r in metrics)
     return Exported(run_dir, logdir, len(dyn.steps), n_evals, dyn.damage)
-
-
-def _holds(directory: str, path: str) -> bool:
-    """Whether ``directory`` is ``path`` or one of its parents (links resolved)."""
-    d, p = os.path.realpath(directory), os.path.realpath(path)
-    return os.path.commonpath([d, p]) == d
 
 
 def _stray(directory: str) -> str | None:
