@@ -42,6 +42,7 @@ import argparse
 import json
 import os
 import pickle
+import re
 import statistics
 import subprocess
 import sys
@@ -119,6 +120,21 @@ def last_eval_line(log: str) -> str:
     return found[-1] if found else "(no evaluation line)"
 
 
+def iteration_ms(name: str, log: str, out_dir: str) -> list[float]:
+    """The milliseconds of each training iteration as the run itself timed it.
+
+    nanoGPT prints ``iter N: loss L, time Xms`` every iteration (``--log_interval=1``); its
+    time runs from the end of one iteration to the end of the next, so the iterations that
+    follow an evaluation carry it, and the median leaves them out. resgrad's
+    ``metrics.jsonl`` has each step's ``ms`` (evaluations not included)."""
+    if name == "nanoGPT":
+        with open(log, errors="replace") as f:
+            return [float(m) for m in re.findall(r"^iter \d+: loss \S+, time ([\d.]+)ms", f.read(),
+                                                  re.MULTILINE)]  # fmt: skip
+    with open(os.path.join(out_dir, "metrics.jsonl")) as f:
+        return [r["ms"] for r in map(json.loads, f) if r["kind"] == "iter"]
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--nanogpt", metavar="PATH", help="a nanoGPT checkout (git clone ...)")
@@ -160,20 +176,30 @@ def main() -> None:
             "nanoGPT": lambda out: (nanogpt_argv(checkout, dataset, out, args.iters), checkout),
         }
         seconds = {name: [] for name in runs}
+        iter_ms = {name: [] for name in runs}
         logs = {}
         for r in range(args.repeat):  # alternate: both see the same machine
             for name, make in runs.items():
-                argv, cwd = make(os.path.join(tmp, f"out-{name}-{r}"))
+                out = os.path.join(tmp, f"out-{name}-{r}")
+                argv, cwd = make(out)
                 logs[name] = os.path.join(tmp, f"{name}-{r}.log")
                 settle()
                 seconds[name].append(timed_run(argv, cwd, logs[name]))
+                iter_ms[name] += iteration_ms(name, logs[name], out)
                 print(f"  {name:8} run {r + 1}: {seconds[name][-1]:.1f} s", flush=True)
         for name in runs:
             s = seconds[name]
             print(f"  {name:8} {statistics.median(s):7.1f} s wall (median of {len(s)}); "
                   f"last evaluation: {last_eval_line(logs[name])}")  # fmt: skip
+        for name in runs:
+            ms = iter_ms[name]
+            if not ms:
+                raise SystemExit(f"{name}'s output names no iteration times: {logs[name]}")
+            print(f"  {name:8} {statistics.median(ms):7.2f} ms per iteration (median of "
+                  f"{len(ms)}, as the run timed them)")  # fmt: skip
         ratio = statistics.median(seconds["nanoGPT"]) / statistics.median(seconds["resgrad"])
-        print(f"  wall time nanoGPT / resgrad: {ratio:.2f}x")
+        step = statistics.median(iter_ms["nanoGPT"]) / statistics.median(iter_ms["resgrad"])
+        print(f"  wall time nanoGPT / resgrad: {ratio:.2f}x (per iteration: {step:.2f}x)")
 
 
 if __name__ == "__main__":

@@ -20,8 +20,9 @@ there).
 
 Kinds: matmul (the linear layers' and the LM head's GEMMs), attention (q k^T,
 softmax, masking, att v, and their backward), layernorm, gelu, cross-entropy,
-embedding, optimizer (AdamW), other (everything else: residual adds, reshapes,
-copies, allocation, Python). Each row is ms per step.
+embedding, optimizer (AdamW), clip+dynamics (the gradient norms and their clipping, and
+resgrad's per-step dynamics: update ratios, activation RMS), other (everything else:
+residual adds, reshapes, copies, allocation, Python). Each row is ms per step.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from resgrad.perf.bench import BENCH_CONFIGS, blas_info, resgrad_stepper  # noqa
 from resgrad.perf.heap import keep_freed_memory  # noqa: E402
 
 KINDS = ("matmul", "attention", "layernorm", "gelu", "cross-entropy", "embedding", "optimizer",
-         "other")  # fmt: skip
+         "clip+dynamics", "other")  # fmt: skip
 
 # resgrad: function name -> kind (self time); anything not listed is "other"
 RESGRAD_KIND = {
@@ -62,6 +63,10 @@ RESGRAD_KIND = {
     "_gelu_u": "gelu", "_gelu_out": "gelu", "_gelu_dx": "gelu",
     "layernorm_out": "layernorm", "layernorm_dx": "layernorm",
     "_ln_out": "layernorm", "_ln_dx": "layernorm", "adamw_piece": "optimizer",
+    # the trainer's checks and records: gradient norms, clipping, update ratios, RMS
+    "grad_norms": "clip+dynamics", "clip_grad_norm": "clip+dynamics",
+    "snapshot_blocks": "clip+dynamics", "update_ratios": "clip+dynamics",
+    "sum_sq": "clip+dynamics",
 }  # fmt: skip
 
 
@@ -75,7 +80,8 @@ def torch_kind(op: str) -> str:
         (("gelu",), "gelu"),
         (("cross_entropy", "log_softmax", "nll_loss"), "cross-entropy"),
         (("embedding",), "embedding"),
-        (("adam", "_foreach", "lerp"), "optimizer"),
+        (("norm", "clamp", "_foreach_mul"), "clip+dynamics"),  # clip_grad_norm_
+        (("adam", "_foreach", "lerp", "addcmul", "addcdiv"), "optimizer"),
     )
     for keys, kind in rules:
         if any(k in name for k in keys):

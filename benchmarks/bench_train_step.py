@@ -1,4 +1,4 @@
-"""resgrad vs PyTorch eager: one float32 training step, side by side, in one run.
+"""resgrad vs PyTorch eager: one float32 training iteration, side by side, in one run.
 
     python benchmarks/bench_train_step.py                  # all three configs
     python benchmarks/bench_train_step.py --config gpt2-124m   # GPT-2 124M, T=256, B=4
@@ -6,26 +6,31 @@
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/bench_train_step.py
     python benchmarks/bench_train_step.py --both-env       # runs itself both ways
 
-A step is forward + backward + AdamW. resgrad's is the trainer's: the batch as
-``DEFAULT_SHARDS`` shards on threads (resgrad.train.shards); the row "plain" is the
-same step as one shard, so the gain of the shards is measured in the same run.
-Both frameworks have the same config, the same parameter count (checked) and the
-same thread count. PyTorch's step runs in a child process of its own (as nanoGPT's
-train.py runs it; this process never imports PyTorch), so the two runtimes' thread
-pools never share a process: PyTorch's step timed beside resgrad's in one process was
-slower than in a process of its own (cpu-recipe 48.2 against 43.9 ms, issue 23). The
-child builds its model once and, on each request, times a block of steps and sends the
-times back; the steps alternate between the three in blocks of 5, each block after a
-short pause that lets the others' spinning BLAS/OpenMP threads go quiet and one untimed
-step, and each figure is the median of ``--steps`` steps.
-GFLOP/s come from resgrad's counted matmul FLOPs (attention included), the same count for both, as a
-fraction of the float32 matmul peak measured in this run. Peak memory is
-measured in a fresh child process per framework. PyTorch is optional: without
-it resgrad's figures print alone.
+Each side times what its trainer does per iteration, so that the ratio here predicts the
+end-to-end one (``bench_nanogpt_recipe.py``):
 
-The PyTorch model is what a PyTorch user writes (nanoGPT's model): nn.Linear,
-nn.LayerNorm, F.scaled_dot_product_attention(is_causal=True), GELU (tanh), the
-LM head tied to the token embedding, and torch.optim.AdamW.
+- resgrad's is ``resgrad train``'s (:func:`resgrad.perf.bench.resgrad_stepper`): a batch
+  drawn, the batch as ``DEFAULT_SHARDS`` shards on threads (resgrad.train.shards),
+  the gradient norms checked and clipped, AdamW, and the dynamics recorded every step.
+  The row "plain" is the same iteration as one shard.
+- PyTorch's is nanoGPT's ``train.py`` on a CPU (:func:`torch_step_fn`): its model
+  (``model.py``: exact GELU, dropout modules at 0, ``F.scaled_dot_product_attention``,
+  tied head), its optimizer groups (weight decay on 2-D tensors only), a batch drawn as
+  its ``get_batch`` does, ``clip_grad_norm_(1.0)``, ``zero_grad(set_to_none=True)`` and
+  ``loss.item()``. It runs in a process of its own with glibc's malloc as it comes, as
+  train.py does (this process never imports PyTorch).
+
+Both have the same config, the same parameter count (checked) and the same thread count.
+The frameworks alternate in blocks of ``BLOCK`` back-to-back iterations, as a training run
+takes them; each block starts after a pause that lets the other's spinning BLAS/OpenMP
+threads go quiet and ``WARMUP`` untimed iterations that wake its own, and each figure is
+the median of ``--steps`` iterations. (Until issue 29 the blocks were of 5 steps after one
+untimed step, PyTorch's model had the tanh GELU, one optimizer group and no clipping, and
+resgrad's step left out the batch, the clipping and the dynamics.)
+GFLOP/s come from resgrad's counted matmul FLOPs (attention included), the same count for
+both, as a fraction of the float32 matmul peak measured in this run. Peak memory is
+measured in a fresh child process per framework. PyTorch is optional: without it
+resgrad's figures print alone.
 """
 
 from __future__ import annotations
@@ -34,19 +39,22 @@ import argparse
 import importlib.metadata
 import importlib.util
 import json
+import math
 import os
 import subprocess
 import sys
+
+import numpy as np
 
 from resgrad.perf.bench import (
     ALL_CONFIGS,
     BENCH_CONFIGS,
     BenchConfig,
+    bench_text,
     blas_info,
     figures,
     format_row,
     machine_header,
-    make_batch,
     matmul_peak_gflops,
     own_peak_rss_mib,
     peak_memory_mib,
@@ -58,7 +66,8 @@ from resgrad.perf.bench import (
 )
 from resgrad.perf.heap import keep_freed_memory
 
-BLOCK = 5  # timed steps of one framework before switching to the other
+BLOCK = 10  # back-to-back timed iterations of one framework before switching
+WARMUP = 2  # untimed iterations at the start of each block: its threads awake
 
 # imported by _import_torch() in PyTorch's own processes (the worker, the memory probe) only:
 # the timing parent and resgrad's memory probe never load it
@@ -78,55 +87,127 @@ def _import_torch() -> bool:
 
 
 def torch_model(cfg: BenchConfig):
-    """nanoGPT's GPT (pre-LN, tied head) in PyTorch eager, float32."""
+    """nanoGPT's GPT (``model.py`` at 3adf61e) in PyTorch eager, float32, dropout 0.
 
-    class Block(nn.Module):
-        def __init__(self, C, H):
+    Its module names and calls: LayerNorm as ``F.layer_norm`` with a bias, ``c_attn`` split
+    into q, k, v, ``F.scaled_dot_product_attention(is_causal=True)`` (its flash path),
+    ``nn.GELU()`` (the exact erf form), ``nn.Dropout(0.0)`` where it has dropout, and
+    ``lm_head`` (no bias) whose weight *is* ``wte``'s. Its initialisation: normal(0, 0.02),
+    ``c_proj`` weights at 0.02 / sqrt(2 L), zero biases.
+    """
+    C, H, L = cfg.n_embd, cfg.n_head, cfg.n_layer
+
+    class LayerNorm(nn.Module):
+        def __init__(self):
             super().__init__()
-            self.H = H
-            self.ln1, self.ln2 = nn.LayerNorm(C), nn.LayerNorm(C)
-            self.qkv, self.proj = nn.Linear(C, 3 * C), nn.Linear(C, C)
-            self.fc, self.fc_proj = nn.Linear(C, 4 * C), nn.Linear(4 * C, C)
+            self.weight, self.bias = nn.Parameter(torch.ones(C)), nn.Parameter(torch.zeros(C))
 
         def forward(self, x):
-            B, T, C = x.shape
-            q, k, v = self.qkv(self.ln1(x)).split(C, dim=2)
-            q, k, v = (t.view(B, T, self.H, C // self.H).transpose(1, 2) for t in (q, k, v))
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-            x = x + self.proj(y.transpose(1, 2).reshape(B, T, C))
-            return x + self.fc_proj(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
+            return F.layer_norm(x, self.weight.shape, self.weight, self.bias, 1e-5)
+
+    class CausalSelfAttention(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c_attn, self.c_proj = nn.Linear(C, 3 * C), nn.Linear(C, C)
+            self.attn_dropout, self.resid_dropout = nn.Dropout(0.0), nn.Dropout(0.0)
+
+        def forward(self, x):
+            B, T, _ = x.size()
+            q, k, v = self.c_attn(x).split(C, dim=2)  # 3 x (B, T, C)
+            q, k, v = (a.view(B, T, H, C // H).transpose(1, 2) for a in (q, k, v))
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0.0,
+                                               is_causal=True)  # (B, H, T, D)  # fmt: skip
+            y = y.transpose(1, 2).contiguous().view(B, T, C)
+            return self.resid_dropout(self.c_proj(y))
+
+    class MLP(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c_fc, self.gelu, self.c_proj = nn.Linear(C, 4 * C), nn.GELU(), nn.Linear(4 * C, C)
+            self.dropout = nn.Dropout(0.0)
+
+        def forward(self, x):
+            return self.dropout(self.c_proj(self.gelu(self.c_fc(x))))
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln_1, self.attn = LayerNorm(), CausalSelfAttention()
+            self.ln_2, self.mlp = LayerNorm(), MLP()
+
+        def forward(self, x):
+            x = x + self.attn(self.ln_1(x))
+            return x + self.mlp(self.ln_2(x))
 
     class GPT(nn.Module):
         def __init__(self):
             super().__init__()
-            C = cfg.n_embd
-            self.wte = nn.Embedding(cfg.vocab_size, C)
-            self.wpe = nn.Embedding(cfg.n_positions or cfg.block_size, C)
-            self.blocks = nn.ModuleList(Block(C, cfg.n_head) for _ in range(cfg.n_layer))
-            self.ln_f = nn.LayerNorm(C)
+            self.transformer = nn.ModuleDict(dict(
+                wte=nn.Embedding(cfg.vocab_size, C),
+                wpe=nn.Embedding(cfg.n_positions or cfg.block_size, C),
+                drop=nn.Dropout(0.0), h=nn.ModuleList(Block() for _ in range(L)), ln_f=LayerNorm(),
+            ))  # fmt: skip
+            self.lm_head = nn.Linear(C, cfg.vocab_size, bias=False)
+            self.transformer.wte.weight = self.lm_head.weight  # weight tying
+            for name, p in self.named_parameters():  # nanoGPT's _init_weights
+                if name.endswith("c_proj.weight"):
+                    nn.init.normal_(p, 0.0, 0.02 / math.sqrt(2 * L))
+                elif p.ndim == 2:
+                    nn.init.normal_(p, 0.0, 0.02)
+                elif name.endswith(".bias"):
+                    nn.init.zeros_(p)
 
         def forward(self, idx, targets):
-            T = idx.shape[1]
-            x = self.wte(idx) + self.wpe(torch.arange(T))
-            for b in self.blocks:
-                x = b(x)
-            logits = self.ln_f(x) @ self.wte.weight.T  # tied head
-            return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+            t = idx.size(1)
+            pos = torch.arange(0, t, dtype=torch.long)  # (T,)
+            x = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(pos))
+            for block in self.transformer.h:
+                x = block(x)
+            logits = self.lm_head(self.transformer.ln_f(x))  # (B, T, V)
+            loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1),
+                                   ignore_index=-1)  # fmt: skip
+            return logits, loss
 
     return GPT()
 
 
+def torch_optimizer(model, lr: float = 1e-3):
+    """nanoGPT's ``configure_optimizers`` on a CPU: weight decay 0.1 on the 2-D tensors only,
+    betas (0.9, 0.99) (the character recipe's), and no ``fused`` (train.py asks for it on
+    CUDA only)."""
+    params = [p for p in model.parameters() if p.requires_grad]  # the tied weight once
+    groups = [
+        {"params": [p for p in params if p.dim() >= 2], "weight_decay": 0.1},
+        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+    ]
+    return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.99))
+
+
 def torch_step_fn(cfg: BenchConfig, seed: int = 0):
+    """nanoGPT's training iteration: a batch drawn as its ``get_batch`` draws one, the
+    learning rate set on each group, forward, backward, ``clip_grad_norm_(1.0)``, AdamW,
+    ``zero_grad(set_to_none=True)`` and the ``loss.item()`` it logs every iteration.
+
+    The text is the seeded random token ids resgrad's step draws from, in memory (train.py
+    re-opens a ``np.memmap`` per batch; the copy of B windows is the same)."""
     torch.manual_seed(seed)
     model = torch_model(cfg)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.99), weight_decay=0.1)
-    idx, targets = (torch.from_numpy(a) for a in make_batch(cfg, seed))
+    model.train()
+    opt = torch_optimizer(model)
+    data = bench_text(cfg, seed)  # (TEXT_TOKENS,) uint16, the ids resgrad's step draws from
+    T, B = cfg.block_size, cfg.batch_size
 
     def step() -> float:
-        loss = model(idx, targets)
-        opt.zero_grad(set_to_none=True)
+        ix = torch.randint(len(data) - T, (B,))
+        x = torch.stack([torch.from_numpy(data[i : i + T].astype(np.int64)) for i in ix])
+        y = torch.stack([torch.from_numpy(data[i + 1 : i + 1 + T].astype(np.int64)) for i in ix])
+        for group in opt.param_groups:
+            group["lr"] = 1e-3
+        _, loss = model(x, y)
         loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
+        opt.zero_grad(set_to_none=True)
         return loss.item()
 
     return model, step
@@ -141,8 +222,7 @@ def torch_worker(name: str, threads: int) -> None:
     ones (:func:`resgrad.perf.bench.time_steps`). It ends when stdin closes.
     """
     _import_torch()
-    torch.set_num_threads(threads)
-    keep_freed_memory()  # as in the parent and the memory probe (resgrad.perf.heap)
+    torch.set_num_threads(threads)  # malloc as nanoGPT's process has it: no keep_freed_memory
     reply, sys.stdout = sys.stdout, sys.stderr  # stdout carries the replies, nothing else
 
     def send(obj: dict) -> None:
@@ -194,8 +274,7 @@ class TorchWorker:
 
 def torch_child(name: str, steps: int = 3) -> None:
     """PyTorch's memory probe: build the model, train a few steps, print the peak memory."""
-    _import_torch()
-    keep_freed_memory()  # as in the timed process
+    _import_torch()  # malloc as in the timed process: glibc's defaults
     _, step = torch_step_fn(BENCH_CONFIGS[name])
     for _ in range(steps):
         step()
@@ -231,12 +310,12 @@ def _side_by_side(
     times = {name: [] for name in steppers}
     for done in range(0, steps, BLOCK):  # alternate in blocks, so all see the same machine:
         n = min(BLOCK, steps - done)  # each block after the other's threads have gone quiet
-        for name, step in steppers.items():  # and one untimed step, so it times steady
+        for name, step in steppers.items():  # and WARMUP untimed steps, so it times steady
             settle()  # training, not a wake-up
             if step is None:
-                times[name] += worker.time_steps(n, warmup=1)
+                times[name] += worker.time_steps(n, warmup=WARMUP)
             else:
-                times[name] += time_steps(step, n, warmup=1)
+                times[name] += time_steps(step, n, warmup=WARMUP)
     for name in steppers:
         row[name] = figures(times[name], cfg, flops, peak).as_dict()
     row["resgrad"]["peak_mib"] = peak_memory_mib(resgrad_probe_argv(cfg.name))
@@ -254,8 +333,8 @@ def main() -> None:
     p.add_argument(
         "--steps",
         type=int,
-        default=10,
-        help="timed steps per framework (default 10; fewer: a quick check)",
+        default=20,
+        help="timed iterations per framework (default 20; fewer: a quick check)",
     )
     p.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
     p.add_argument(
@@ -288,8 +367,7 @@ def main() -> None:
     )
     env = {k: os.environ.get(k, "(unset)") for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
     # what `resgrad train` does: freed arrays are reused, not faulted in afresh each step
-    # (resgrad.perf.heap); PyTorch's worker sets the same in its process (its timing is
-    # unchanged by it)
+    # (resgrad.perf.heap); PyTorch's worker leaves malloc as nanoGPT's train.py has it
     heap_kept = keep_freed_memory()
     peak = matmul_peak_gflops()
     print(machine_header(peak, heap_kept))
@@ -298,7 +376,7 @@ def main() -> None:
     else:
         print(f"PyTorch: {torch_version}, in a process of its own, {n_threads} threads")
     if args.steps < 10:
-        print(f"--steps {args.steps}: a quick check; the figures want 10 or more")
+        print(f"--steps {args.steps}: a quick check; the figures want 20 or more")
     names = ALL_CONFIGS if args.config == "all" else [args.config]
     rows = []
     for name in names:

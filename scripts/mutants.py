@@ -877,7 +877,7 @@ NO_TORCH = "raise ImportError('hidden by scripts/mutants.py --no-torch')\n"
 
 
 def _copy_tree(dst: str) -> None:
-    for d in ("src", "tests"):
+    for d in ("src", "tests", "benchmarks"):  # tests read benchmarks/ scripts' models
         shutil.copytree(
             os.path.join(ROOT, d), os.path.join(dst, d),
             ignore=shutil.ignore_patterns("__pycache__", "*.pyc"),

@@ -106,3 +106,84 @@ def test_peak_memory_is_the_child_s_own_report():
 BARE_PROBE = (
     "from resgrad.perf.bench import own_peak_rss_mib; print(f'peak_mib {own_peak_rss_mib()}')"
 )
+
+
+def test_pytorch_model_is_nanogpt_s_model(torch):
+    """The benchmark's PyTorch side is nanoGPT's model.py: its parameter names, the exact
+    GELU, the tied head. Loaded with the weights of an independently written nanoGPT
+    (tests/nanogpt_reference.py), it gives the same loss and gradients, bit for bit."""
+    from resgrad.perf.bench import BenchConfig
+    from tests import nanogpt_reference
+
+    mod = _bench_script()
+    mod._import_torch()
+    cfg = BenchConfig("t", n_layer=2, n_head=2, n_embd=16, block_size=8, batch_size=3,
+                      vocab_size=11)  # fmt: skip
+    ref = nanogpt_reference.build(torch, 2, 2, 16, 8, 11, bias=True, seed=3).train()
+    ours = mod.torch_model(cfg).to(torch.float64).train()
+    ours.load_state_dict(ref.state_dict(), strict=True)  # the same names and shapes
+    assert ours.lm_head.weight is ours.transformer.wte.weight  # tied
+    idx, tgt = (torch.from_numpy(np.ascontiguousarray(a)) for a in make_batch(cfg, seed=1))
+    losses, grads = [], []
+    for m in (ref, ours):
+        _, loss = m(idx, tgt)
+        loss.backward()
+        losses.append(loss.detach())
+        grads.append({n: p.grad.clone() for n, p in m.named_parameters()})
+    assert torch.equal(losses[0], losses[1])
+    assert grads[0].keys() == grads[1].keys()
+    assert all(torch.equal(grads[0][n], grads[1][n]) for n in grads[0])
+
+
+def test_pytorch_optimizer_is_nanogpt_s_groups(torch):
+    mod = _bench_script()
+    mod._import_torch()
+    model = mod.torch_model(BENCH_CONFIGS["cpu-recipe"])
+    opt = mod.torch_optimizer(model)
+    decay, no_decay = opt.param_groups
+    assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
+    assert all(p.dim() >= 2 for p in decay["params"]) and all(
+        p.dim() < 2 for p in no_decay["params"]
+    )
+    ids = [id(p) for g in opt.param_groups for p in g["params"]]
+    assert len(ids) == len(set(ids)) == len(list(model.parameters()))  # the tied weight once
+    assert decay["betas"] == (0.9, 0.99)
+
+
+def test_figures_are_the_median_step_s():
+    f = figures([0.1, 0.2, 0.9], BENCH_CONFIGS["cpu-recipe"], flops_per_step=1e9, peak=100.0)
+    assert f.ms_per_step == pytest.approx(200.0)  # the median, not the mean (400) or the best
+
+
+def test_resgrad_stepper_is_the_trainer_s_iteration(monkeypatch):
+    """One iteration of the benchmark's resgrad step is train_step on a drawn batch: the same
+    weights after it as calling the trainer's step by hand, and a new batch each time."""
+    from resgrad.perf.bench import bench_text, resgrad_stepper
+    from resgrad.train.config import TrainConfig
+    from resgrad.train.data import get_batch
+    from resgrad.train.loop import train_step
+    from resgrad.train.optim import AdamW
+    from resgrad.train.shards import Shards
+
+    import resgrad.perf.bench as bench
+
+    calls = []
+
+    def spy(*args, **kwargs):  # the trainer's step, asked for what the trainer asks
+        calls.append(kwargs)
+        return train_step(*args, **kwargs)
+
+    monkeypatch.setattr(bench, "train_step", spy)
+    cfg = BENCH_CONFIGS["cpu-recipe"]
+    with resgrad_stepper(cfg, shards=1) as (model, step):
+        losses = [step(), step()]
+    assert [c["dynamics"] for c in calls] == [True, True]  # the records the trainer keeps
+    by_hand = GPT(cfg.gpt_config(), seed=0)
+    opt = AdamW(by_hand.params, TrainConfig().adamw())
+    data, rng = bench_text(cfg), np.random.default_rng(0)
+    for want in losses:
+        x, y = get_batch(data, cfg.block_size, cfg.batch_size, rng)
+        r = train_step(by_hand, opt, x, y, 1e-3, 1.0, None, dynamics=True, shards=Shards(1))
+        assert r.loss == want
+    assert losses[0] != losses[1]
+    assert all(np.array_equal(model.params[k], by_hand.params[k]) for k in model.params)

@@ -101,6 +101,8 @@ for split in ("train", "val"):
 assert (n_layer, n_head, n_embd, block_size, batch_size, dropout) == (4, 4, 128, 64, 12, 0.0)
 assert (device, compile, eval_iters, eval_interval, learning_rate) == ("cpu", False, 20, 250, 1e-3)
 os.makedirs(out_dir, exist_ok=True)
+for it in range(max_iters + 1):  # train.py's line per iteration (--log_interval=1)
+    print(f"iter {it}: loss 4.1234, time {30 + it:.2f}ms, mfu -100.00%")
 print(f"step {max_iters}: train loss 4.0000, val loss 4.1000")
 """
 FAKE_CONFIGURATOR = """
@@ -138,4 +140,8 @@ def test_bench_nanogpt_recipe_runs_both_with_nanogpt_s_command_line(tmp_path):
     p = _run("bench_nanogpt_recipe.py", "--nanogpt", str(checkout), "--iters", "2")
     assert "BLAS (threadpoolctl)" in p.stdout and "wall time nanoGPT / resgrad" in p.stdout
     assert "step 2: train loss 4.0000, val loss 4.1000" in p.stdout  # nanoGPT's run, 2 iters
+    # each run's own time per iteration: nanoGPT's from its log (30, 31, 32 ms), resgrad's
+    # from its metrics.jsonl (2 steps)
+    assert "nanoGPT    31.00 ms per iteration (median of 3" in p.stdout
+    assert "ms per iteration (median of 2, as the run timed them)" in p.stdout
     assert list(checkout.iterdir()) and not (checkout / "data").exists()  # nothing written there

@@ -28,13 +28,15 @@ from resgrad.nn.model import GPT, GPTConfig
 from resgrad.perf.heap import keep_freed_memory
 from resgrad.train.config import TrainConfig
 from resgrad.train.data import get_batch, load_corpus
-from resgrad.train.optim import AdamW, AdamWConfig
+from resgrad.train.loop import train_step
+from resgrad.train.optim import AdamW
 from resgrad.train.shards import DEFAULT_SHARDS, Shards
 
 __all__ = [
     "ALL_CONFIGS",
     "BENCH_CONFIGS",
     "BenchConfig",
+    "bench_text",
     "blas_info",
     "format_row",
     "machine_header",
@@ -134,25 +136,38 @@ def recipe_copies(k: int, n_batches: int = 20):
     return cfg, models, opts, batches
 
 
+TEXT_TOKENS = 1_000_000  # the benchmarks' seeded random text, in tokens
+
+
+def bench_text(cfg: BenchConfig, seed: int = 0) -> np.ndarray:
+    """Seeded random token ids, (TEXT_TOKENS,): the text both frameworks draw batches from."""
+    return np.random.default_rng(seed).integers(0, cfg.vocab_size, TEXT_TOKENS, dtype=np.uint16)
+
+
 @contextmanager
 def resgrad_stepper(
     cfg: BenchConfig, seed: int = 0, shards: int = DEFAULT_SHARDS
 ) -> Iterator[tuple[GPT, Callable[[], float]]]:
-    """resgrad's GPT in float32 and a function doing one training step, returning the loss.
+    """resgrad's GPT in float32 and a function doing one training iteration, returning the loss.
 
-    The step is the trainer's: the batch as ``shards`` shards on threads
-    (:mod:`resgrad.train.shards`; 1: the plain pass), then AdamW. Use as
-    ``with resgrad_stepper(cfg) as (model, step):``; the shards' threads stop at its end.
+    The iteration is ``resgrad train``'s: a batch drawn from the text
+    (:func:`resgrad.train.data.get_batch`), then :func:`resgrad.train.loop.train_step` as
+    the trainer calls it, the batch as ``shards`` shards on threads
+    (:mod:`resgrad.train.shards`; 1: the plain pass), the gradients' norms checked and
+    clipped to 1.0, AdamW with the recipe's settings, and the dynamics the trainer records
+    every step (update ratios, stream gradients, activation RMS); what is left out is
+    writing the records (about 0.1 ms). Use as ``with resgrad_stepper(cfg) as (model,
+    step):``; the shards' threads stop at its end.
     """
     model = GPT(cfg.gpt_config(), seed=seed, dtype=np.float32)
-    opt = AdamW(model.params, AdamWConfig(lr=1e-4))
-    idx, targets = make_batch(cfg, seed)
+    opt = AdamW(model.params, TrainConfig().adamw())
+    data, rng = bench_text(cfg, seed), np.random.default_rng(seed)
     with Shards(shards) as sharded:
 
         def step() -> float:
-            p = sharded.forward_backward(model, idx, targets)
-            opt.step(p.grads, pool=sharded.pool, parts=sharded.workers)
-            return p.loss
+            x, y = get_batch(data, cfg.block_size, cfg.batch_size, rng)  # (B, T)
+            r = train_step(model, opt, x, y, 1e-3, 1.0, None, dynamics=True, shards=sharded)
+            return r.loss
 
         yield model, step
 

@@ -1,0 +1,30 @@
+"""Mutants of the performance helpers (src/resgrad/perf/bench.py): what the benchmarks time
+and how their figures are made."""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from mutants import Mutant  # noqa: E402
+
+T = ("tests/perf/test_bench.py",)
+F = "perf/bench.py"
+
+MUTANTS = [
+    Mutant("bench: the resgrad step leaves out the trainer's dynamics", F,
+           "1e-3, 1.0, None, dynamics=True, shards=sharded)",
+           "1e-3, 1.0, None, dynamics=False, shards=sharded)", T, "formula"),
+    Mutant("bench: the resgrad step does not clip", F,
+           "1e-3, 1.0, None, dynamics=True, shards=sharded)",
+           "1e-3, 0.0, None, dynamics=True, shards=sharded)", T, "formula"),
+    Mutant("bench: the resgrad step trains on one batch throughout", F,
+           "            x, y = get_batch(data, cfg.block_size, cfg.batch_size, rng)  # (B, T)",
+           "            x, y = get_batch(data, cfg.block_size, cfg.batch_size,"
+           " np.random.default_rng(seed))", T, "formula"),
+    Mutant("bench: a step's figure is the mean, not the median", F,
+           "    med = statistics.median(times)", "    med = statistics.mean(times)", T,
+           "statistics"),
+    Mutant("bench: the ceiling leaves out the whole square of attention", F,
+           "return 3 * L * B * T * (2 * T * C)", "return 3 * L * B * T * (4 * T * C)", T,
+           "formula"),
+]
