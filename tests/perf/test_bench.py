@@ -158,14 +158,13 @@ def test_figures_are_the_median_step_s():
 def test_resgrad_stepper_is_the_trainer_s_iteration(monkeypatch):
     """One iteration of the benchmark's resgrad step is train_step on a drawn batch: the same
     weights after it as calling the trainer's step by hand, and a new batch each time."""
+    import resgrad.perf.bench as bench
     from resgrad.perf.bench import bench_text, resgrad_stepper
     from resgrad.train.config import TrainConfig
     from resgrad.train.data import get_batch
     from resgrad.train.loop import train_step
     from resgrad.train.optim import AdamW
     from resgrad.train.shards import Shards
-
-    import resgrad.perf.bench as bench
 
     calls = []
 
