@@ -213,7 +213,7 @@ def torch_step_fn(cfg: BenchConfig, seed: int = 0):
     return model, step
 
 
-def torch_worker(name: str, threads: int) -> None:
+def torch_worker(name: str, threads: int, kept_heap: bool = False) -> None:
     """The child process timing PyTorch's step: one JSON line per request on stdin, one back.
 
     It builds the ``name`` config's model, takes two warm-up steps and sends
@@ -222,7 +222,9 @@ def torch_worker(name: str, threads: int) -> None:
     ones (:func:`resgrad.perf.bench.time_steps`). It ends when stdin closes.
     """
     _import_torch()
-    torch.set_num_threads(threads)  # malloc as nanoGPT's process has it: no keep_freed_memory
+    torch.set_num_threads(threads)
+    if kept_heap:  # --torch-kept-heap: resgrad's malloc setting; else as nanoGPT's process has it
+        keep_freed_memory()
     reply, sys.stdout = sys.stdout, sys.stderr  # stdout carries the replies, nothing else
 
     def send(obj: dict) -> None:
@@ -243,9 +245,10 @@ class TorchWorker:
     then ``w.time_steps(n)`` times a block of n steps in the child, which sits idle (blocked
     on its stdin) between requests."""
 
-    def __init__(self, name: str, threads: int):
+    def __init__(self, name: str, threads: int, kept_heap: bool = False):
         argv = [sys.executable, os.path.abspath(__file__), "--torch-worker", name,
-                "--threads", str(threads)]  # fmt: skip
+                "--threads", str(threads)] + ["--torch-kept-heap"] * kept_heap  # fmt: skip
+        self.kept_heap = kept_heap
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         self.info = self._read()  # {"params": ..., "torch": ...}
 
@@ -272,23 +275,27 @@ class TorchWorker:
             self.proc.wait()
 
 
-def torch_child(name: str, steps: int = 3) -> None:
+def torch_child(name: str, steps: int = 3, kept_heap: bool = False) -> None:
     """PyTorch's memory probe: build the model, train a few steps, print the peak memory."""
-    _import_torch()  # malloc as in the timed process: glibc's defaults
+    _import_torch()
+    if kept_heap:  # malloc as in the timed process
+        keep_freed_memory()
     _, step = torch_step_fn(BENCH_CONFIGS[name])
     for _ in range(steps):
         step()
     print(f"peak_mib {own_peak_rss_mib()}")
 
 
-def bench_config(cfg: BenchConfig, steps: int, peak: float, threads: int | None) -> dict:
+def bench_config(
+    cfg: BenchConfig, steps: int, peak: float, threads: int | None, kept_heap: bool = False
+) -> dict:
     """One config's figures; ``threads`` None: PyTorch is not installed, resgrad's alone."""
     if threads is None:
         return resgrad_figures(cfg, steps, peak)
     with (
         resgrad_stepper(cfg) as (model, r_step),  # the trainer's step: DEFAULT_SHARDS on threads
         resgrad_stepper(cfg, shards=1) as (_, p_step),  # the plain pass, one shard
-        TorchWorker(cfg.name, threads) as worker,  # PyTorch's step, in its own process
+        TorchWorker(cfg.name, threads, kept_heap) as worker,  # PyTorch's, in its own process
     ):
         return _side_by_side(cfg, steps, peak, model, r_step, p_step, worker)
 
@@ -321,6 +328,7 @@ def _side_by_side(
     row["resgrad"]["peak_mib"] = peak_memory_mib(resgrad_probe_argv(cfg.name))
     row["plain"]["peak_mib"] = peak_memory_mib(resgrad_probe_argv(cfg.name, shards=1))
     torch_probe = [sys.executable, os.path.abspath(__file__), "--torch-child", cfg.name]
+    torch_probe += ["--torch-kept-heap"] * worker.kept_heap
     row["torch"]["peak_mib"] = peak_memory_mib(torch_probe)
     row["speedup"] = row["torch"]["ms_per_step"] / row["resgrad"]["ms_per_step"]
     row["plain_speedup"] = row["plain"]["ms_per_step"] / row["resgrad"]["ms_per_step"]
@@ -345,11 +353,17 @@ def main() -> None:
     p.add_argument("--torch-child", metavar="CONFIG", help=argparse.SUPPRESS)
     p.add_argument("--torch-worker", metavar="CONFIG", help=argparse.SUPPRESS)
     p.add_argument("--threads", type=int, default=1, help=argparse.SUPPRESS)  # the worker's
+    p.add_argument(
+        "--torch-kept-heap",
+        action="store_true",
+        help="PyTorch's processes keep freed memory as resgrad's do (resgrad.perf.heap), as "
+        "this benchmark ran them before issue 29; default: glibc's malloc, as in train.py",
+    )
     args = p.parse_args()
     if args.torch_child:
-        return torch_child(args.torch_child)
+        return torch_child(args.torch_child, kept_heap=args.torch_kept_heap)
     if args.torch_worker:
-        return torch_worker(args.torch_worker, args.threads)
+        return torch_worker(args.torch_worker, args.threads, args.torch_kept_heap)
     if args.steps < 1:
         p.error(f"--steps must be at least 1, got {args.steps}")
     if args.both_env:
@@ -383,7 +397,9 @@ def main() -> None:
         settle()
         peak = max(peak, matmul_peak_gflops())  # the best reading so far: see its docstring
         t_threads = n_threads if torch_version else None
-        rows.append(bench_config(BENCH_CONFIGS[name], args.steps, peak, t_threads))
+        rows.append(
+            bench_config(BENCH_CONFIGS[name], args.steps, peak, t_threads, args.torch_kept_heap)
+        )
         rows[-1]["peak_gflops"] = peak
         print(format_row(rows[-1]))
     if args.json:
