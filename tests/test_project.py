@@ -129,7 +129,7 @@ FLOORS = [
             "lesion",
         ],
     ),
-    ("perf", ["heap", "bench", "memory"]),  # the heap setting, the step timer, memory estimates
+    ("perf", ["heap", "threads", "bench", "memory"]),  # heap setting, threads, step timer, memory
     ("cli", ["*"]),  # the command line: flags in, library calls out
 ]
 RANK = {

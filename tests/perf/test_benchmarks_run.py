@@ -33,6 +33,7 @@ SMALLEST = {
     "bench_lesion.py": (["--small"], ("torch", "transformers")),
     "bench_sample.py": (["--config", "cpu-recipe", "--context", "8", "--repeat", "1"], ()),
     "bench_shards.py": (["--seconds", "0.01"], ()),
+    "bench_threads.py": (["--quick", "--loads", "1"], ()),
     "bench_train_recipe.py": (["--iters", "2", "--warmup", "1"], ()),
     "bench_train_step.py": (["--config", "cpu-recipe", "--steps", "10"], ("torch",)),
     "bench_trackers.py": (["--steps", "2", "--block", "1", "--hist-every", "1"], ("tensorboardX",)),

@@ -34,6 +34,7 @@ from resgrad.cli import (
 )
 from resgrad.perf.heap import keep_freed_memory
 from resgrad.perf.memory import NotEnoughMemory
+from resgrad.perf.threads import load_aware_threads
 
 # one module per group of subcommands, in the order `resgrad --help` lists them
 COMMAND_MODULES = [
@@ -64,12 +65,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _threads(n: int | None):
-    """Limit the BLAS (and OpenMP) thread pools to ``n`` threads; nothing when None."""
-    if n is None:
-        return contextlib.nullcontext()
+    """Limit the BLAS (and OpenMP) thread pools to ``n`` threads (``--threads``); when None,
+    to one per usable core that other processes leave free (resgrad.perf.threads)."""
     from threadpoolctl import threadpool_limits
 
-    return threadpool_limits(limits=n)
+    return threadpool_limits(limits=load_aware_threads() if n is None else n)
 
 
 def _quiet_stdout() -> None:

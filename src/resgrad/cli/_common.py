@@ -191,14 +191,17 @@ def name_list(choices: tuple[str, ...]):
     return parse
 
 
-def add_threads(p: argparse.ArgumentParser) -> None:
-    """``--threads N``: BLAS threads for the command (applied by ``resgrad.cli.main``)."""
+def add_threads(p: argparse.ArgumentParser, default_note: str = "") -> None:
+    """``--threads N``: BLAS threads for the command (applied by ``resgrad.cli.main``; the
+    default is :func:`resgrad.perf.threads.load_aware_threads`). ``default_note`` adds what
+    else the command's default does."""
     p.add_argument(
         "--threads",
         type=positive_int,
         default=None,
-        help="BLAS threads for the matrix products (default: the BLAS library's own choice, "
-        "usually one per core); 1 is fastest on a machine that other work keeps busy",
+        help="BLAS threads for the matrix products (default: one per core that other "
+        f"processes leave free as the command starts, at least 1{default_note}); waiting "
+        "BLAS threads spin, so more threads than free cores is slower",
     )
 
 

@@ -14,6 +14,7 @@ from resgrad.perf import memory
 from resgrad.train.bpe import KINDS
 from resgrad.train.config import FROM_PRETRAINED, TrainConfig, resume_config
 from resgrad.train.loop import TrainingDiverged, train
+from resgrad.train.sample import DECODE_ONE_THREAD_FLOPS
 
 
 def _tokenizer_kind(text: str) -> str:
@@ -138,7 +139,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="nanoGPT's meta.pkl, the vocabulary of a --from-pretrained ckpt.pt (default: "
         "data/<its dataset>/meta.pkl, as nanoGPT's sample.py finds it)",
     )
-    _common.add_threads(p)
+    mflop = DECODE_ONE_THREAD_FLOPS / 1e6
+    _common.add_threads(p, f"; a model whose token costs under {mflop:g} MFLOP: one thread")
     p.set_defaults(func=cmd_sample)
 
     g = DepthTrainConfig()
@@ -244,7 +246,7 @@ def cmd_sample(args: argparse.Namespace) -> int:
     try:  # each token is printed as it is drawn: Ctrl-C keeps what was generated
         sample_source(
             src, args.start, args.num_tokens, temperature=args.temperature, top_k=args.top_k,
-            seed=args.seed, on_text=_write,
+            seed=args.seed, on_text=_write, auto_threads=args.threads is None,
             fits=lambda m: memory.require(memory.sample_bytes(m), f"this model (L={m.n_layer} "
                                           f"C={m.n_embd} V={m.vocab_size} T={m.block_size})"),
         )  # fmt: skip

@@ -207,11 +207,13 @@ def sample_pretrained(
     on_text: Callable[[str], None] | None = None,
     meta: str | os.PathLike | None = None,
     fits: Callable[[GPTConfig], None] | None = None,
+    auto_threads: bool = False,
 ) -> str:
     """Continue ``start`` with a pretrained model (as :func:`load_pretrained`); returns
     start plus the new text. ``on_text``, if given, receives the text as it is drawn
     (as :func:`resgrad.train.sample.continue_text`); ``meta`` is a nanoGPT checkpoint's
-    ``meta.pkl`` and ``fits`` a memory check, as in :func:`load_pretrained`.
+    ``meta.pkl`` and ``fits`` a memory check, as in :func:`load_pretrained`;
+    ``auto_threads`` as :func:`resgrad.train.sample.generate`.
 
     Raises
     ------
@@ -220,7 +222,9 @@ def sample_pretrained(
     """
     model, tok = load_pretrained(name_or_path, meta=meta, fits=fits)
     ids = encode_prompt(tok, start, model.cfg.block_size)  # (T0,)
-    return continue_text(model, tok, start, ids, num_tokens, temperature, top_k, seed, on_text)
+    return continue_text(
+        model, tok, start, ids, num_tokens, temperature, top_k, seed, on_text, auto_threads
+    )
 
 
 def export_checkpoint(

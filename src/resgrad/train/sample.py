@@ -20,16 +20,24 @@ predicted from the last block_size tokens (as nanoGPT does): every position
 shifts by one, so the cache is rebuilt from those tokens in one batched pass.
 Past block_size tokens, each new token therefore costs one forward of
 block_size tokens, as without a cache.
+
+Threads: a small model's products are too small to split. When the caller leaves
+the thread count to resgrad (``resgrad sample`` without ``--threads``), a model
+whose token costs fewer than ``DECODE_ONE_THREAD_FLOPS`` matmul FLOPs generates on
+one BLAS thread (:func:`decode_threads`): a second thread cannot help it on an idle
+machine and, spinning while it waits, costs it dearly on a busy one.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from resgrad.formats.checkpoint import BEST, LAST, Checkpoint, check_params, load_checkpoint
 from resgrad.nn.blocks import FINAL_LN, block_alpha, scheme_forward
@@ -46,15 +54,26 @@ from resgrad.train.bpe import BPETokenizer, tokenizer_from_record
 from resgrad.train.data import CharTokenizer
 
 __all__ = [
+    "DECODE_ONE_THREAD_FLOPS",
     "KVCache",
     "attention_step",
     "continue_text",
+    "decode_threads",
     "forward_step",
     "generate",
     "load_model",
     "sample_text",
     "sample_token",
+    "token_flops",
 ]
+
+# Matmul FLOPs of a token's forward (token_flops) below which generating takes one BLAS
+# thread. One forward_step on an idle 2-core machine, ms with 1 / 2 threads, for a new
+# token and for a window of 64 rebuilt after cropping: the run-sized model (L=4, C=128,
+# V=65: 1.6 MFLOP a token) 0.39 / 0.39 and 1.32 / 1.46; L=4, C=192 (3.6 MFLOP) 0.41 / 0.39
+# and 3.69 / 5.15; L=4, C=256 (6.3 MFLOP) 0.86 / 0.62 and 5.98 / 6.05; GPT-2 124M
+# (247 MFLOP) 25.4 / 18.0 for a new token.
+DECODE_ONE_THREAD_FLOPS = 4_000_000
 
 
 @dataclass
@@ -216,6 +235,20 @@ def sample_token(
     return np.minimum((cdf <= u).sum(axis=-1), V - 1).astype(np.int64)  # (B,)
 
 
+def token_flops(cfg: GPTConfig) -> int:
+    """Matmul FLOPs of one token's forward: the blocks' QKV, projection and MLP (24 L C^2)
+    and the LM head (2 C V); attention over the cache (4 S C L) is left out."""
+    C, L, V = cfg.n_embd, cfg.n_layer, cfg.vocab_size
+    return L * 24 * C * C + 2 * C * V
+
+
+def decode_threads(cfg: GPTConfig) -> int | None:
+    """BLAS threads for generating with a model of ``cfg``'s shape, when the caller left
+    the count to resgrad: 1 below :data:`DECODE_ONE_THREAD_FLOPS` a token, where more
+    cannot help (the module docstring); None, BLAS as it is set, at or above it."""
+    return 1 if token_flops(cfg) < DECODE_ONE_THREAD_FLOPS else None
+
+
 def generate(
     model: GPT,
     idx: np.ndarray,
@@ -225,6 +258,7 @@ def generate(
     top_k: int | None = None,
     logits_out: list | None = None,
     on_token: Callable[[np.ndarray], None] | None = None,
+    auto_threads: bool = False,
 ) -> np.ndarray:
     """Continue each row of ``idx`` by ``num_tokens`` sampled tokens.
 
@@ -240,6 +274,10 @@ def generate(
         If given, receives the (B, V) logits each new token was drawn from.
     on_token : callable, optional
         Called with each new token, int64 (B,), as soon as it is drawn (to stream it).
+    auto_threads : bool
+        The caller left the BLAS thread count to resgrad (``resgrad sample`` without
+        ``--threads``): a model below :data:`DECODE_ONE_THREAD_FLOPS` a token generates
+        on one thread (:func:`decode_threads`). False: BLAS as it is set.
 
     Returns
     -------
@@ -250,11 +288,19 @@ def generate(
         raise ValueError(f"idx must be (B, T0) with T0 >= 1, got shape {idx.shape}")
     if num_tokens < 0:
         raise ValueError(f"num_tokens must be >= 0, got {num_tokens!r}")
+    if num_tokens == 0:
+        return idx.copy()
+    one = decode_threads(model.cfg) if auto_threads else None
+    blas = contextlib.nullcontext() if one is None else threadpool_limits(one, user_api="blas")
+    with blas:
+        return _generate(model, idx, num_tokens, rng, temperature, top_k, logits_out, on_token)
+
+
+def _generate(model, idx, num_tokens, rng, temperature, top_k, logits_out, on_token):
+    """:func:`generate`'s loop, its arguments checked; num_tokens >= 1."""
     bs = model.cfg.block_size
     cache = KVCache.empty(model.cfg, idx.shape[0], model.params["wte"].dtype)
     out = [idx]
-    if num_tokens == 0:
-        return idx.copy()
     logits = forward_step(model, idx[:, -bs:], cache)[:, -1]  # (B, V) the start, in one pass
     for n in range(num_tokens):
         if logits_out is not None:
@@ -329,10 +375,12 @@ def sample_text(
     seed: int = 0,
     best: bool = False,
     on_text: Callable[[str], None] | None = None,
+    auto_threads: bool = False,
 ) -> str:
     """Load a checkpoint (as :func:`load_model`) and continue ``start``; returns start
     plus the new text. ``on_text``, if given, receives the text as it is drawn (as
-    :func:`continue_text`; a streaming printer keeps what an interrupt cuts).
+    :func:`continue_text`; a streaming printer keeps what an interrupt cuts);
+    ``auto_threads`` as :func:`generate`.
 
     Raises
     ------
@@ -346,7 +394,9 @@ def sample_text(
         ids = tok.encode(start)  # (T0,)
     except ValueError as e:
         raise ValueError(f"start text: {e}") from None
-    return continue_text(model, tok, start, ids, num_tokens, temperature, top_k, seed, on_text)
+    return continue_text(
+        model, tok, start, ids, num_tokens, temperature, top_k, seed, on_text, auto_threads
+    )
 
 
 def continue_text(
@@ -359,13 +409,14 @@ def continue_text(
     top_k: int | None,
     seed: int,
     on_text: Callable[[str], None] | None = None,
+    auto_threads: bool = False,
 ) -> str:
     """``start`` (token ids ``ids``, (T0,)) plus ``num_tokens`` sampled tokens, as text.
 
     ``on_text``, if given, receives ``start`` and then the new text as it is drawn: each
     token's characters once they are whole (``tok.decode_stream``: a byte-level token
     may end inside a character), and at the end whatever the decoder still held. The
-    pieces it receives add up to the text returned.
+    pieces it receives add up to the text returned. ``auto_threads``: as :func:`generate`.
     """
     stream, sent = None, []
     if on_text is not None:
@@ -386,6 +437,7 @@ def continue_text(
         temperature,
         top_k,
         on_token=stream,
+        auto_threads=auto_threads,
     )  # (1, T0 + N)
     if on_text is not None:  # what the stream held back: an unfinished character's bytes
         new_text, shown = tok.decode(out[0, len(ids) :]), "".join(sent)

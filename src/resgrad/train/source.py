@@ -284,17 +284,20 @@ def sample_source(
     seed: int = 0,
     on_text: Callable[[str], None] | None = None,
     fits: Callable[[GPTConfig], None] | None = None,
+    auto_threads: bool = False,
 ) -> str:
     """Continue ``start`` with the model of a resolved SOURCE; returns start plus the new
     text (:func:`resgrad.train.sample.sample_text` for a resgrad checkpoint,
-    :func:`resgrad.train.pretrained.sample_pretrained`, with ``fits``, for the others)."""
+    :func:`resgrad.train.pretrained.sample_pretrained`, with ``fits``, for the others);
+    ``auto_threads`` as :func:`resgrad.train.sample.generate`."""
     if src.kind in RESGRAD:
         return sample_text(src.path, start, num_tokens, temperature, top_k, seed,
-                           on_text=on_text)  # fmt: skip
+                           on_text=on_text, auto_threads=auto_threads)  # fmt: skip
     if src.kind == "lesson":
         raise ValueError(f"{src.name!r} is the lesson's tanh stack, not a GPT: it draws no text")
     return sample_pretrained(src.name, start, num_tokens, temperature, top_k, seed,
-                             on_text=on_text, meta=src.meta, fits=fits)  # fmt: skip
+                             on_text=on_text, meta=src.meta, fits=fits,
+                             auto_threads=auto_threads)  # fmt: skip
 
 
 def encode_text(tok: Any, text: str, text_path: str | None) -> np.ndarray:
