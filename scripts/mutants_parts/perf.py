@@ -9,6 +9,8 @@ from mutants import Mutant  # noqa: E402
 
 T = ("tests/perf/test_bench.py",)
 F = "perf/bench.py"
+S = ("tests/train/test_share.py",)
+O = "train/optim.py"
 
 MUTANTS = [
     Mutant("bench: the resgrad step leaves out the trainer's dynamics", F,
@@ -27,4 +29,12 @@ MUTANTS = [
     Mutant("bench: the ceiling leaves out the whole square of attention", F,
            "return 3 * L * B * T * (2 * T * C)", "return 3 * L * B * T * (4 * T * C)", T,
            "formula"),
+    # the gradient norms shared among the shards' threads (train/optim.py: share)
+    Mutant("share: the norms come back in the threads' order, not the keys'", O,
+           "    return {k: found[k] for k in arrays}", "    return found", S, "ordering"),
+    Mutant("share: shared as soon as the total passes one part's minimum", O,
+           "if pool is None or parts < 2 or total < parts * MIN_SHARE:",
+           "if pool is None or parts < 2 or total < MIN_SHARE:", S, "bounds"),
+    Mutant("share: each array to the most loaded thread", O,
+           "        j = load.index(min(load))", "        j = load.index(max(load))", S, "formula"),
 ]

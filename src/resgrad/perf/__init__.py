@@ -1,3 +1,5 @@
-"""Performance: the malloc setting that keeps freed arrays for reuse (``heap``) and
-the training-step timer behind ``resgrad bench`` and ``benchmarks/`` (``bench``).
+"""Performance: the malloc setting that keeps freed arrays for reuse (``heap``), the
+default BLAS thread count that leaves busy cores alone (``threads``), the training-step
+timer behind ``resgrad bench`` and ``benchmarks/`` (``bench``), and the memory estimates
+checked before a command allocates (``memory``).
 """

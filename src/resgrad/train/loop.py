@@ -221,7 +221,8 @@ def train_step(
         else:
             where = f"non-finite values in parameter {bad}"
         raise TrainingDiverged(f"iteration {it}: loss is {loss}; {where}")
-    norms = grad_norms(grads)
+    pool, parts = shards.pool, shards.workers  # the shards' threads, also for the norms
+    norms = grad_norms(grads, pool=pool, parts=parts)
     if not all(math.isfinite(n) for n in norms.values()):  # 3) nothing non-finite goes in
         raise TrainingDiverged(
             f"iteration {it}: non-finite gradient in parameter "
@@ -231,10 +232,10 @@ def train_step(
     total = clip_grad_norm(grads, grad_clip, norms)  # 4) global norm <= grad_clip
     clipped = clip_coef(total, grad_clip) < 1.0
     before = snapshot_blocks(model.params) if dynamics else None
-    opt.step(grads, lr=lr, pool=shards.pool, parts=shards.workers)  # 5) AdamW, in place
+    opt.step(grads, lr=lr, pool=pool, parts=parts)  # 5) AdamW, in place
     if not dynamics:
         return StepResult(loss, total, norms, p.stream_norms, clipped, grads=kept)
-    ratio = update_ratios(model.params, before, model.cfg.n_layer)  # (L,)
+    ratio = update_ratios(model.params, before, model.cfg.n_layer)  # (L,) its dots BLAS's threads
     return StepResult(loss, total, norms, p.stream_norms, clipped, ratio, p.act_rms, kept)
 
 
