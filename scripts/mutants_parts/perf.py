@@ -10,7 +10,7 @@ from mutants import Mutant  # noqa: E402
 T = ("tests/perf/test_bench.py",)
 F = "perf/bench.py"
 S = ("tests/train/test_share.py",)
-O = "train/optim.py"
+OPTIM = "train/optim.py"
 
 MUTANTS = [
     Mutant("bench: the resgrad step leaves out the trainer's dynamics", F,
@@ -30,11 +30,11 @@ MUTANTS = [
            "return 3 * L * B * T * (2 * T * C)", "return 3 * L * B * T * (4 * T * C)", T,
            "formula"),
     # the gradient norms shared among the shards' threads (train/optim.py: share)
-    Mutant("share: the norms come back in the threads' order, not the keys'", O,
+    Mutant("share: the norms come back in the threads' order, not the keys'", OPTIM,
            "    return {k: found[k] for k in arrays}", "    return found", S, "ordering"),
-    Mutant("share: shared as soon as the total passes one part's minimum", O,
+    Mutant("share: shared as soon as the total passes one part's minimum", OPTIM,
            "if pool is None or parts < 2 or total < parts * MIN_SHARE:",
            "if pool is None or parts < 2 or total < MIN_SHARE:", S, "bounds"),
-    Mutant("share: each array to the most loaded thread", O,
+    Mutant("share: each array to the most loaded thread", OPTIM,
            "        j = load.index(min(load))", "        j = load.index(max(load))", S, "formula"),
 ]
