@@ -11,6 +11,8 @@ T = ("tests/perf/test_bench.py",)
 F = "perf/bench.py"
 S = ("tests/train/test_share.py",)
 OPTIM = "train/optim.py"
+SAMPLE = ("tests/train/test_sample.py",)
+SAMPLING = "train/sample.py"
 
 MUTANTS = [
     Mutant("bench: the resgrad step leaves out the trainer's dynamics", F,
@@ -37,4 +39,11 @@ MUTANTS = [
            "if pool is None or parts < 2 or total < MIN_SHARE:", S, "bounds"),
     Mutant("share: each array to the most loaded thread", OPTIM,
            "        j = load.index(min(load))", "        j = load.index(max(load))", S, "formula"),
+    # greedy decoding's shortcut (train/sample.py: sample_token at top_k=1)
+    Mutant("greedy: the shortcut skips the uniform the CDF would draw", SAMPLING,
+           "                rng.random((z.shape[0], 1))  # the draw the CDF below would take",
+           "                pass  # the draw the CDF below would take", SAMPLE, "ordering"),
+    Mutant("greedy: a tie at the max goes to the first tied token", SAMPLING,
+           "if np.isfinite(zmax).all() and ((z == zmax).sum(axis=-1) == 1).all():",
+           "if np.isfinite(zmax).all():", SAMPLE, "formula"),
 ]

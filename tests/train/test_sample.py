@@ -225,3 +225,29 @@ def test_best_is_refused_for_a_checkpoint_file(tmp_path):
         load_model(tmp_path / "last.ckpt", best=True)
     with pytest.raises(ValueError, match="--best"):
         sample_text(tmp_path / "last.ckpt", "a", 3, best=True)
+
+
+def _general_path(logits, rng, temperature):
+    """sample_token's CDF path at top_k=1, as it runs for ties (the fast path's reference)."""
+    z = logits.astype(np.float64) / temperature
+    kth = np.partition(z, z.shape[-1] - 1, axis=-1)[:, -1:]
+    z = np.where(z < kth, -np.inf, z)
+    probs = np.exp(z - kth)
+    cdf = np.cumsum(probs / probs.sum(axis=-1, keepdims=True), axis=-1)
+    u = rng.random((z.shape[0], 1)) * cdf[:, -1:]
+    return np.minimum((cdf <= u).sum(axis=-1), z.shape[-1] - 1)
+
+
+def test_greedy_is_the_argmax_and_draws_as_the_cdf_does():
+    rng = np.random.default_rng(0)
+    logits = rng.standard_normal((3, 1000)).astype(np.float32)  # unique maxima
+    a, b = np.random.default_rng(7), np.random.default_rng(7)
+    got = sample_token(logits, a, temperature=0.8, top_k=1)
+    assert got.dtype == np.int64 and got.tolist() == logits.argmax(axis=-1).tolist()
+    assert got.tolist() == _general_path(logits, b, 0.8).tolist()
+    assert a.random() == b.random()  # one uniform per row taken, as the CDF path takes
+    # a tie at the max: either tied token, drawn by the CDF (not always the first)
+    tied = np.zeros((1, 4), np.float32)
+    tied[0, [1, 3]] = 5.0
+    draws = {int(sample_token(tied, np.random.default_rng(s), top_k=1)[0]) for s in range(40)}
+    assert draws == {1, 3}

@@ -226,6 +226,12 @@ def sample_token(
     if top_k is not None:
         if top_k < 1:
             raise ValueError(f"top_k must be >= 1, got {top_k!r}")
+        if top_k == 1 and V > 1:  # greedy: the largest logit, if one, has probability 1
+            best = np.argmax(z, axis=-1)  # (B,) first index of each row's max
+            zmax = np.take_along_axis(z, best[:, None], axis=-1)  # (B, 1)
+            if np.isfinite(zmax).all() and ((z == zmax).sum(axis=-1) == 1).all():
+                rng.random((z.shape[0], 1))  # the draw the CDF below would take: same stream
+                return best.astype(np.int64)  # (B,) what the CDF gives: its only step
         if top_k < V:
             kth = np.partition(z, V - top_k, axis=-1)[:, V - top_k, None]  # (B, 1)
             z = np.where(z < kth, -np.inf, z)  # (B, V)
