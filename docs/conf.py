@@ -45,7 +45,10 @@ myst_heading_anchors = 3  # [text](page.md#a-section-title) links to a section
 # the site shows them executed: run once per build into a cache under _build, and a cell
 # that raises fails the build as a warning would
 nb_execution_mode = "cache"
-nb_execution_cache_path = "_build/.jupyter_cache"
+# an absolute path: a relative one is taken from the directory sphinx-build runs in (it
+# left a _build/ at the repository's root)
+nb_execution_cache_path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_build",
+                                       ".jupyter_cache")  # fmt: skip
 nb_execution_timeout = 300  # seconds for one cell, as tests/test_notebooks.py allows
 nb_execution_raise_on_error = True
 nb_execution_show_tb = True
