@@ -4,7 +4,7 @@ The issue's target: GPT-2 124M's shape (random weights from transformers' own GP
 init, nothing downloaded), T=128, B=4, float32: every attention, every MLP and every block
 deleted in turn (2L + L = 36 interventions, plus the intact model), each measured on one
 batch (cross-entropy, top-1 agreement and accuracy, KL(intact || lesioned)). resgrad runs
-:func:`resgrad.lab.lesion.model_study`, which computes the intact stream once and runs each
+:func:`resgrad.lab.lesionstudy.model_study`, which computes the intact stream once and runs each
 lesion from its first changed block; transformers' model in torch runs the same lesions
 the torch way, one whole forward each (a deleted block: ``transformer.h`` without it; a
 deleted branch: its ``c_proj`` weight and bias zeroed, then restored). Printed: both times,
@@ -26,7 +26,7 @@ import time
 import numpy as np
 
 from resgrad.formats.hf import gpt_config_from_hf, gpt_from_state
-from resgrad.lab import lesion
+from resgrad.lab import lesion, lesionstudy
 from resgrad.lab.realflow import text_windows
 
 GPT2 = dict(vocab_size=50257, n_positions=1024, n_layer=12, n_head=12, n_embd=768)
@@ -106,12 +106,12 @@ def main() -> None:
     passes = len(lesions)  # forward passes of either table, the intact one included
     with threadpool_limits(limits=threads):
         warm = lesions[:2]  # untimed: numba compiles its kernels, torch warms its allocator
-        lesion.model_study(model, ids, warm, T, B, seeds=(0,))
+        lesionstudy.model_study(model, ids, warm, T, B, seeds=(0,))
         torch_table(torch, hf, warm, w[:, :-1], w[:, 1:])
         best_r = best_t = float("inf")
         for _ in range(args.repeat):
             t = time.perf_counter()
-            res = lesion.model_study(model, ids, lesions, T, B, seeds=(0,))
+            res = lesionstudy.model_study(model, ids, lesions, T, B, seeds=(0,))
             best_r = min(best_r, time.perf_counter() - t)
             t = time.perf_counter()
             ref = torch_table(torch, hf, lesions, w[:, :-1], w[:, 1:])

@@ -687,7 +687,7 @@ MUTANTS = [
     Mutant("paths: branch weights take the key after the branch", 'lab/paths.py',
            'add_params(j, key, {**g, **gb})  # parameters in the branch: the entering key',
            'add_params(j, up, {**g, **gb})  # parameters in the branch: the entering key', PATHS, 'ordering'),
-    Mutant('paths: the tied wte loses the LM head\'s part (k = 0)', 'lab/paths.py',
+    Mutant('paths: the tied wte loses the LM head\'s part (k = 0)', 'lab/pathchains.py',
            'top: dict[str, Any] = {"wte": dwte_head}',
            'top: dict[str, Any] = {}', PATHS, 'formula'),
     Mutant('paths: share of norm over ||dL/dx_i||, not the parts\' sum', 'lab/paths.py',
@@ -702,7 +702,7 @@ MUTANTS = [
     Mutant('paths: the 90% range\'s cumulative sum lacks its leading 0', 'lab/paths.py',
            'c = np.concatenate([[0.0], np.cumsum(s)])  # (K + 1,)',
            'c = np.cumsum(s)  # (K + 1,)', PATHS, 'statistics'),
-    Mutant('paths: the figure draws the top boundary x_L, not x_0', 'lab/paths.py',
+    Mutant('paths: the figure draws the top boundary x_L, not x_0', 'lab/pathfigs.py',
            'norms0 = np.array([s.norms[0] for s in splits])  # (S, K) ||part_k|| at x_0',
            'norms0 = np.array([s.norms[-1] for s in splits])  # (S, K) ||part_k|| at x_0', PATHS, 'records'),
     # -- lab/claims.py (5)

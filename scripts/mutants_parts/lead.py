@@ -35,7 +35,7 @@ TITLES = [
     Mutant("sweep: the title names no init", "lab/sweep.py",
            '''        f"at initialization ({inits} init)",''',
            '''        "at initialization",''', ("tests/lab/test_sweep.py",), "names"),
-    Mutant("paths: the lesson's x_0 is called the embeddings' output", "lab/paths.py",
+    Mutant("paths: the lesson's x_0 is called the embeddings' output", "lab/pathfigs.py",
            '''    x0 = "the stack's input" if splits[0].label.startswith("lesson:") else "the embeddings' output"''',
            '''    x0 = "the embeddings' output"''', ("tests/lab/test_paths.py",), "names"),
     Mutant("runs: stream_grad's lines are called blocks", "lab/runs.py",

@@ -1,4 +1,4 @@
-"""Mutants of the gradient paths (src/resgrad/lab/paths.py, src/resgrad/cli/paths_cmds.py), the
+"""Mutants of the gradient paths (src/resgrad/lab/paths.py, budget.py, pathruns.py; src/resgrad/cli/paths_cmds.py), the
 plot's destination (src/resgrad/plots.py, src/resgrad/formats/atomic.py) and the --plot checks
 of the other drawing commands (issue 27)."""
 
@@ -18,6 +18,10 @@ ATOMIC = ("tests/formats/test_atomic.py",)
 PLOTS = ("tests/test_plots.py",)
 DESTINATIONS = ("tests/cli/test_cli_plot_destinations.py",)
 P = "lab/paths.py"
+CHAINS = "lab/pathchains.py"
+BUDGET = "lab/budget.py"
+FIGS = "lab/pathfigs.py"
+RUNS = "lab/pathruns.py"
 C = "cli/paths_cmds.py"
 A = "formats/atomic.py"
 
@@ -35,9 +39,9 @@ MUTANTS = [
     Mutant("paths: Veit's std over the samples with ddof=1", P,
            "mean[j], std[j] = mags.mean(), mags.std()",
            "mean[j], std[j] = mags.mean(), mags.std(ddof=1)", LAB, "statistics"),
-    Mutant("paths: across runs, the std over the runs with ddof=0", P,
+    Mutant("paths: across runs, the std over the runs with ddof=0", RUNS,
            "ddof = 1 if len(results) > 1 else 0", "ddof = 0", TRAINING, "statistics"),
-    Mutant("paths: across runs, one run's std is NaN (ddof=1)", P,
+    Mutant("paths: across runs, one run's std is NaN (ddof=1)", RUNS,
            "ddof = 1 if len(results) > 1 else 0", "ddof = 1", TRAINING, "statistics"),
     Mutant("paths: ties in the 90% range go to the highest k", P,
            "if hi < s.size and hi - lo < best[1] - best[0]:",
@@ -60,38 +64,38 @@ MUTANTS = [
     Mutant("paths: Veit's stream is keyed by the k's position, not k", P,
            "rng = np.random.default_rng([seed, k])", "rng = np.random.default_rng([seed, j])",
            LAB, "ordering"),
-    Mutant("paths: across runs, checkpoints are paired by position, not iteration", P,
+    Mutant("paths: across runs, checkpoints are paired by position, not iteration", RUNS,
            "cs = [b[it] for b in by_run]",
            "cs = [list(b.values())[common.index(it)] for b in by_run]", TRAINING, "ordering"),
-    Mutant("paths: mean k weights by the projection share", P,
+    Mutant("paths: mean k weights by the projection share", RUNS,
            "return float(sum(r.k * r.share_norm for r in self.rows))",
            "return float(sum(r.k * r.share_proj for r in self.rows))", TRAINING, "formula"),
     Mutant("paths: model_veit samples each batch with its window seed (new line)", P,
            "return veit_sample(chain, samples, sample_seed, tick=tick)",
            "return veit_sample(chain, samples, s, tick=tick)", LAB, "formula"),
     # refusal: runs, checkpoints and values that must not pass
-    Mutant("paths: across runs only the depth is compared", P,
+    Mutant("paths: across runs only the depth is compared", RUNS,
            "        for field in RunModel._fields:\n",
            '        for field in ("depth",):\n', TRAINING, "refusal"),
-    Mutant("paths: across runs the text's tokens and vocabulary are not compared", P,
+    Mutant("paths: across runs the text's tokens and vocabulary are not compared", RUNS,
            "        for field in RunModel._fields:\n",
            "        for field in RunModel._fields[:4]:\n", TRAINING, "refusal"),
-    Mutant("paths: across_runs compares nothing", P,
+    Mutant("paths: across_runs compares nothing", RUNS,
            '    check_comparable([(os.path.dirname(r[0].path), r[0].model) for r in results], "run")\n',
            "", TRAINING, "refusal"),
-    Mutant("paths: a run's checkpoints are not compared with its first", P,
+    Mutant("paths: a run's checkpoints are not compared with its first", RUNS,
            '        check_comparable([first, (path, rm)], "checkpoint", "not one run")\n',
            "", TRAINING, "refusal"),
-    Mutant("paths: plan_runs encodes the text before comparing vocabularies", P,
+    Mutant("paths: plan_runs encodes the text before comparing vocabularies", RUNS,
            '        check_comparable([*named, (d, run_model(model.cfg, ckpt, None))], "run")\n',
            "", TRAINING, "refusal"),
-    Mutant("paths: a vocabulary is described by its size alone", P,
+    Mutant("paths: a vocabulary is described by its size alone", RUNS,
            'vocab = (f"{len(v)} characters {v!r}" if len(v) <= 40',
            'vocab = (f"{len(v)} characters" if len(v) <= 40', TRAINING, "refusal"),
-    Mutant("paths: the text's tokens are described by their count alone", P,
+    Mutant("paths: the text's tokens are described by their count alone", RUNS,
            'tokens = f"{len(ids):,} tokens, sha256 {_sha(ids.tobytes())}"',
            'tokens = f"{len(ids):,} tokens"', TRAINING, "refusal"),
-    Mutant("paths: runs are compared only after their splits (plan_runs checks nothing)", P,
+    Mutant("paths: runs are compared only after their splits (plan_runs checks nothing)", RUNS,
            '        check_comparable([*named, (d, run_model(model.cfg, ckpt, None))], "run")\n'
            "        plans.append(RunPlan(d, kept, model.cfg, run_model(model.cfg, ckpt, tok.encode(text))))\n"
            '        check_comparable([(p.run_dir, p.model) for p in (plans[0], plans[-1])], "run")\n',
@@ -117,11 +121,11 @@ MUTANTS = [
            "    return work\n", CLI_TRAINING, "refusal"),
     # bounds: the estimates and limits
     Mutant("paths: the model's estimate forgets --veit", C,
-           "work = paths.model_work(m, args.seq, args.batch, chains, veit)",
-           "work = paths.model_work(m, args.seq, args.batch, chains)", CLI, "bounds"),
-    Mutant("paths: Veit's cost counts one VJP per path, not k", P,
+           "work = budget.model_work(m, args.seq, args.batch, chains, veit)",
+           "work = budget.model_work(m, args.seq, args.batch, chains)", CLI, "bounds"),
+    Mutant("paths: Veit's cost counts one VJP per path, not k", BUDGET,
            "per_veit = samples * n * (n + 1) // 2", "per_veit = samples * n", LAB, "bounds"),
-    Mutant("paths: a split without skips is costed as one with", P,
+    Mutant("paths: a split without skips is costed as one with", BUDGET,
            "_work(n, cfg.variant != \"none\", vjp_s", "_work(n, True, vjp_s", LAB, "bounds"),
     Mutant("paths: --every-checkpoint costs one checkpoint per run", C,
            "chains = sum(len(p.kept) for p in plans) * len(seeds)",
@@ -129,7 +133,7 @@ MUTANTS = [
     Mutant("paths: Veit's magnitudes are left out of the memory estimate", C,
            "memory.require(memory.paths_bytes(m, args.seq, args.batch) + paths.veit_bytes(veit),",
            "memory.require(memory.paths_bytes(m, args.seq, args.batch),", CLI, "bounds"),
-    Mutant("paths: work exactly at the budget is refused", P,
+    Mutant("paths: work exactly at the budget is refused", BUDGET,
            "    if seconds > budget:\n        need", "    if seconds >= budget:\n        need", LAB, "bounds"),
     Mutant("paths: a --seq of exactly the model's positions is refused", C,
            "if args.seq > m.block_size:", "if args.seq >= m.block_size:", CLI, "bounds"),
@@ -139,16 +143,16 @@ MUTANTS = [
     Mutant("paths: Veit ticks one VJP a sample", P,
            "            if tick is not None:\n                tick(k)\n",
            "            if tick is not None:\n                tick(1)\n", LAB, "bounds"),
-    Mutant("paths: a short job shows a bar too", P,
+    Mutant("paths: a short job shows a bar too", BUDGET,
            "disable = None if work.seconds > PROGRESS_AFTER_S else True",
            "disable = None", LAB, "bounds"),
-    Mutant("paths: a long job's bar shows where stderr is no terminal", P,
+    Mutant("paths: a long job's bar shows where stderr is no terminal", BUDGET,
            "disable = None if work.seconds > PROGRESS_AFTER_S else True",
            "disable = False if work.seconds > PROGRESS_AFTER_S else True", CLI, "bounds"),
     # ordering: what a closed stdout must not lose
     Mutant("paths: the plot is saved after the first line is printed", C,
            "    if args.plot:  # saved before anything is printed: a reader that leaves loses no plot\n"
-           "        paths.save_path_figure(args.plot, splits, veits, what)\n"
+           "        pathfigs.save_path_figure(args.plot, splits, veits, what)\n"
            "    if args.format == \"table\":\n"
            "        print(f\"{what}; seeds: {S}\" + (\" (mean ± std)\" if S > 1 else \"\")\n"
            "              + f\"; n = {splits[0].n} branches; at x_0\")  # fmt: skip\n",
@@ -156,7 +160,7 @@ MUTANTS = [
            "        print(f\"{what}; seeds: {S}\" + (\" (mean ± std)\" if S > 1 else \"\")\n"
            "              + f\"; n = {splits[0].n} branches; at x_0\")  # fmt: skip\n"
            "    if args.plot:\n"
-           "        paths.save_path_figure(args.plot, splits, veits, what)\n",
+           "        pathfigs.save_path_figure(args.plot, splits, veits, what)\n",
            CLI, "ordering"),
     # the destination: one check, each case its own message
     Mutant("atomic: a path under a file is called a missing directory", A,

@@ -13,7 +13,7 @@ import pytest
 from resgrad.cli import main
 from resgrad.formats.checkpoint import Checkpoint, save_checkpoint
 from resgrad.formats.hf import export_hf
-from resgrad.lab import lesion
+from resgrad.lab import lesion, lesionruns, lesionstudy, lesiontables
 from resgrad.nn.model import GPT, GPTConfig
 from resgrad.train.bpe import char_tokenizer_json
 from resgrad.train.data import CharTokenizer
@@ -58,8 +58,8 @@ def _fails(capsys, args, needle):
 
 
 def test_the_lesson_table_json_and_csv_are_the_librarys(capsys):
-    res = lesion.lesson_study(6, lesion.plan(6, samples=3, lesson=True))
-    table = lesion.rows(res)
+    res = lesionstudy.lesson_study(6, lesion.plan(6, samples=3, lesson=True))
+    table = lesiontables.rows(res)
     out = _json(capsys, ["lesion", "lesson", "--depth", "6", "--samples", "3", "--format",
                          "json"])  # fmt: skip
     assert out["metrics"] == ["change"] and out["seeds"] == [42] and out["runs"] == 1
@@ -69,7 +69,7 @@ def test_the_lesson_table_json_and_csv_are_the_librarys(capsys):
     assert main(["lesion", "lesson", "--depth", "6", "--plain", "--what", "block", "--format",
                  "csv"]) == 0  # fmt: skip
     rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
-    assert list(rows[0]) == lesion.row_keys(lesion.LESSON_METRICS)
+    assert list(rows[0]) == lesiontables.row_keys(lesionstudy.LESSON_METRICS)
     assert [r["name"] for r in rows] == ["intact"] + [f"block {i}" for i in range(6)]
     assert all(float(r["change"]) > 0.5 for r in rows[1:])  # no skip: every deletion is felt
     assert main(["lesion", "lesson", "--depth", "6", "--samples", "3"]) == 0
@@ -85,10 +85,10 @@ def test_a_run_directory_is_studied_on_the_seeds_windows(tmp_path, text_file, ca
                          "--seeds", "2", "--samples", "2", "--format", "json"])  # fmt: skip
     ids = CharTokenizer(CHARS).encode(TEXT)
     lesions = lesion.plan(3, samples=2)
-    want = lesion.rows(lesion.model_study(m, ids, lesions, 8, 2, (0, 1)))
+    want = lesiontables.rows(lesionstudy.model_study(m, ids, lesions, 8, 2, (0, 1)))
     assert [r["name"] for r in out["rows"]] == [r.name for r in want]
     for got, r in zip(out["rows"], want):
-        for metric in lesion.METRICS:
+        for metric in lesionstudy.METRICS:
             assert got[metric] == pytest.approx(r.get(metric)[0], rel=1e-12, abs=1e-15)
             assert got[f"{metric}_std"] == pytest.approx(r.get(metric)[1], rel=1e-12, abs=1e-15)
     assert "run (pre-ln, L=3, C=8), T=8 B=2, 2 window seed(s)" in out["source"]
@@ -131,8 +131,8 @@ def test_several_runs_give_the_mean_and_std_over_them(tmp_path, text_file, capsy
                          "--seeds", "2", "--format", "json"])  # fmt: skip
     ids = CharTokenizer(CHARS).encode(TEXT)
     lesions = lesion.plan(3, what=("block",))
-    res = [lesion.model_study(m, ids, lesions, 8, 2, (0, 1)) for m in ms]
-    want = lesion.across_runs(res, ["seed0", "seed1", "seed2"])
+    res = [lesionstudy.model_study(m, ids, lesions, 8, 2, (0, 1)) for m in ms]
+    want = lesiontables.across_runs(res, ["seed0", "seed1", "seed2"])
     assert out["runs"] == 3 and out["source"].startswith("3 runs (seed0, seed1, seed2)")
     for got, r in zip(out["rows"], want):
         assert got["dce"] == pytest.approx(r.get("dce")[0], rel=1e-12, abs=1e-15)
@@ -158,9 +158,9 @@ def test_every_checkpoint_one_run_and_several(tmp_path, text_file, capsys):
     args = ["lesion", "--every-checkpoint", "--text", text_file, *SMALL, "--what", "block,swap"]
     out = _json(capsys, [*args, a, "--format", "json"])
     assert [s["iteration"] for s in out["steps"]] == [0, 20] and out["runs"] == ["a"]
-    got = lesion.run_checkpoint_lesions(a, TEXT, 8, 2, (0, 1, 2), what=("block", "swap"))
+    got = lesionruns.run_checkpoint_lesions(a, TEXT, 8, 2, (0, 1, 2), what=("block", "swap"))
     for step, c in zip(out["steps"], got):
-        want = lesion.rows(c.result)
+        want = lesiontables.rows(c.result)
         assert [r["kl"] for r in step["rows"]] == pytest.approx([r.get("kl")[0] for r in want])
     assert main([*args, a, b]) == 0
     table = capsys.readouterr().out
@@ -186,7 +186,7 @@ def test_plot_writes_the_librarys_figure_and_a_bad_extension_fails_before_any_wo
     def boom(*a, **k):
         raise AssertionError("the study ran before the plot's path was refused")
 
-    monkeypatch.setattr(lesion, "lesson_study", boom)
+    monkeypatch.setattr(lesionstudy, "lesson_study", boom)
     _fails(capsys, ["lesion", "lesson", "--plot", str(tmp_path / "lesion.jpg")], "jpg")
 
 
@@ -223,7 +223,7 @@ def test_a_model_refusals_come_before_any_work(tmp_path, text_file, capsys, monk
     def boom(*a, **k):
         raise AssertionError("the study ran before the refusal")
 
-    monkeypatch.setattr(lesion, "model_study", boom)
+    monkeypatch.setattr(lesionstudy, "model_study", boom)
     _fails(capsys, ["lesion", run, "--text", text_file, "--k", "4"],
            "k 4 is out of range; expected an integer in 1..3")  # fmt: skip
     _fails(capsys, ["lesion", run, "--text", text_file, "--blocks", "3"],

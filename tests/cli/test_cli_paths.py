@@ -13,7 +13,7 @@ import pytest
 from resgrad.cli import main
 from resgrad.formats.checkpoint import Checkpoint, save_checkpoint
 from resgrad.formats.hf import export_hf
-from resgrad.lab import paths
+from resgrad.lab import budget, pathchains, paths
 from resgrad.lab.lesson import StackConfig
 from resgrad.nn.model import GPT, GPTConfig
 from resgrad.train.bpe import char_tokenizer_json
@@ -37,7 +37,7 @@ def _json(capsys, args):
 
 
 def test_lesson_table_json_csv_are_the_librarys(capsys):
-    sp = paths.split(paths.stack_chain(StackConfig(depths=(6,))))
+    sp = paths.split(pathchains.stack_chain(StackConfig(depths=(6,))))
     out = _json(capsys, ["paths", "lesson", "--depth", "6", "--format", "json", "--threads", "1"])
     assert out["n"] == 6 and out["seeds"] == 1
     b0 = out["boundaries"][0]
@@ -142,7 +142,7 @@ def test_plot_writes_the_librarys_figure_and_a_bad_extension_fails_before_any_wo
     def boom(*a, **k):
         raise AssertionError("the split ran before the extension was checked")
 
-    monkeypatch.setattr(paths, "stack_chain", boom)
+    monkeypatch.setattr(pathchains, "stack_chain", boom)
     assert main(["paths", "lesson", "--plot", str(tmp_path / "paths.pdf")]) == 2
     err = capsys.readouterr().err
     assert "paths.pdf" in err and ".png or .svg" in err and err.count("\n") == 1, err
@@ -195,7 +195,7 @@ def test_an_absurd_size_is_refused_in_one_line_before_allocating(
     def boom(*a, **k):
         raise AssertionError("allocated before the estimate")
 
-    monkeypatch.setattr(paths, "stack_chain", boom)
+    monkeypatch.setattr(pathchains, "stack_chain", boom)
     monkeypatch.setattr(paths, "model_splits", boom)
     assert main(["paths", *extra]) == 2
     err = capsys.readouterr().err
@@ -223,7 +223,7 @@ def test_a_directory_transformers_saved_splits_into_parts_that_sum_to_torchs_gra
     (d / "tokenizer.json").write_text(char_tokenizer_json(CHARS), encoding="utf-8")
 
     ids = np.random.default_rng(3).integers(0, len(CHARS), (2, 9))  # (B, T + 1)
-    sp = paths.split(paths.gpt_chain(load_hf(d, dtype=np.float64), ids[:, :-1], ids[:, 1:]),
+    sp = paths.split(pathchains.gpt_chain(load_hf(d, dtype=np.float64), ids[:, :-1], ids[:, 1:]),
                      keep=True)  # fmt: skip
     whole = sum(sp.parts[0].values())  # (B, T, C): every k's part at x_0, added
     e = hf.transformer.wte(torch.tensor(ids[:, :-1])).detach().requires_grad_()  # (B, T, C)
@@ -264,7 +264,8 @@ def test_a_veit_count_of_days_is_refused_at_once_saying_what_it_would_take(
 ):
     extra = ["lesson"] if source == "lesson" else [_hf(tmp_path), "--text", text_file,
                                                     "--seq", "8"]  # fmt: skip
-    for name in ("stack_chain", "model_splits", "model_veit", "veit_sample", "split"):
+    monkeypatch.setattr(pathchains, "stack_chain", _boom)
+    for name in ("model_splits", "model_veit", "veit_sample", "split"):
         monkeypatch.setattr(paths, name, _boom)
     assert main(["paths", *extra, "--veit", "1000000000"]) == 2
     io_ = capsys.readouterr()
@@ -287,13 +288,13 @@ def test_the_budget_a_refusal_names_is_enough(capsys):
 
 def test_every_count_that_multiplies_the_work_is_in_the_estimate(capsys, monkeypatch):
     seen = []
-    real = paths.require_time
+    real = budget.require_time
 
     def spy(work, budget, what, more):
         seen.append(work.vjps)
         real(work, budget, what, more)
 
-    monkeypatch.setattr(paths, "require_time", spy)
+    monkeypatch.setattr(budget, "require_time", spy)
     for extra in ([], ["--seeds", "3"], ["--veit", "2"], ["--depth", "8"]):
         assert main(["paths", "lesson", "--depth", "6", *extra, "--format", "csv"]) == 0
     capsys.readouterr()
@@ -304,7 +305,7 @@ def test_a_long_job_shows_a_progress_bar_on_a_terminal_only(capsys, monkeypatch)
     import io
     import sys
 
-    monkeypatch.setattr(paths, "PROGRESS_AFTER_S", 0.0)
+    monkeypatch.setattr(budget, "PROGRESS_AFTER_S", 0.0)
     assert main(["paths", "lesson", "--depth", "6", "--veit", "5"]) == 0
     assert capsys.readouterr().err == ""  # stderr is no terminal here
 
@@ -317,7 +318,7 @@ def test_a_long_job_shows_a_progress_bar_on_a_terminal_only(capsys, monkeypatch)
     assert main(["paths", "lesson", "--depth", "6", "--veit", "5"]) == 0
     bar = tty.getvalue()
     assert "paths (about " in bar and "VJP" in bar and "100%" in bar, bar
-    monkeypatch.setattr(paths, "PROGRESS_AFTER_S", 1e9)
+    monkeypatch.setattr(budget, "PROGRESS_AFTER_S", 1e9)
     tty.seek(0)
     tty.truncate()
     assert main(["paths", "lesson", "--depth", "6", "--veit", "5"]) == 0
@@ -397,7 +398,7 @@ def test_a_plot_that_cannot_be_written_is_refused_before_any_work(
     (tmp_path / "file.txt").write_text("keep")
     (tmp_path / "adir.png").mkdir()
     dest = dest if dest.startswith("/") else f"{tmp_path}/{dest}"
-    monkeypatch.setattr(paths, "stack_chain", _boom)
+    monkeypatch.setattr(pathchains, "stack_chain", _boom)
     assert main(["paths", "lesson", "--depth", "4", "--plot", dest]) == 2
     io_ = capsys.readouterr()
     assert io_.out == "" and io_.err.count("\n") == 1, io_

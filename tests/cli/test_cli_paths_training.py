@@ -9,7 +9,7 @@ import math
 import pytest
 
 from resgrad.cli import main
-from resgrad.lab import paths
+from resgrad.lab import pathruns
 from resgrad.train.data import read_text
 
 FLAGS = ["--n-layer", "2", "--n-head", "2", "--n-embd", "16", "--block-size", "16",
@@ -33,7 +33,7 @@ def test_table_json_csv_are_the_librarys(run, capsys):
     capsys.readouterr()
     args = ["paths", out, "--every-checkpoint", "--text", text, "--seq", "8", "--batch", "2",
             "--seeds", "2", "--threads", "1"]  # fmt: skip
-    lib = paths.run_checkpoint_paths(out, read_text(text), 8, 2, (0, 1))
+    lib = pathruns.run_checkpoint_paths(out, read_text(text), 8, 2, (0, 1))
     assert main([*args, "--format", "json"]) == 0
     got = json.loads(capsys.readouterr().out)
     assert [g["iteration"] for g in got] == [0, 3, 6]
@@ -95,7 +95,7 @@ def seeded_runs(run, tmp_path_factory):
 
 def test_several_runs_give_the_mean_and_std_over_the_runs(seeded_runs, capsys):
     (a, b), text = seeded_runs
-    lib = [paths.run_checkpoint_paths(d, read_text(text), 8, 2, (0,)) for d in (a, b)]
+    lib = [pathruns.run_checkpoint_paths(d, read_text(text), 8, 2, (0,)) for d in (a, b)]
     assert lib[0][0].rows[0].share_norm != lib[1][0].rows[0].share_norm  # two different runs
     capsys.readouterr()
     args = ["paths", a, b, "--every-checkpoint", "--text", text, "--seq", "8", "--batch", "2",
@@ -175,7 +175,7 @@ def test_unlike_runs_are_refused_in_one_line_before_any_split(
     def boom(*a, **k):
         raise AssertionError("split before the runs were compared")
 
-    monkeypatch.setattr(paths, "model_splits", boom)
+    monkeypatch.setattr(pathruns, "model_splits", boom)
     out, text = run
     capsys.readouterr()
     assert main(["paths", out, unlike_runs[name], "--every-checkpoint", "--text", text,
@@ -193,7 +193,7 @@ def test_every_checkpoint_checks_seq_and_the_budget_before_any_split(run, capsys
     def boom(*a, **k):
         raise AssertionError("split before the checks")
 
-    monkeypatch.setattr(paths, "model_splits", boom)
+    monkeypatch.setattr(pathruns, "model_splits", boom)
     out, text = run
     capsys.readouterr()
     assert main(["paths", out, "--every-checkpoint", "--text", text]) == 2

@@ -34,11 +34,11 @@ def no_work(monkeypatch):
     def boom(*a, **k):
         raise AssertionError("the work started before the plot's destination was checked")
 
-    from resgrad.lab import flow, lesion, lesson, paths, sweep
+    from resgrad.lab import flow, lesionstudy, lesson, pathchains, sweep
 
-    for mod, name in [(paths, "stack_chain"), (flow, "measure"), (flow, "lesson_plot_spec"),
+    for mod, name in [(pathchains, "stack_chain"), (flow, "measure"), (flow, "lesson_plot_spec"),
                       (lesson, "depth_table"), (sweep, "run_grid"),
-                      (lesion, "lesson_study")]:  # fmt: skip
+                      (lesionstudy, "lesson_study")]:  # fmt: skip
         monkeypatch.setattr(mod, name, boom)
     monkeypatch.setattr("resgrad.cli.lesson_cmds.depth_table", boom)
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from resgrad.lab import lesion as ls
-from resgrad.lab import paths
+from resgrad.lab import lesionfigs, lesionruns, lesionstudy, lesiontables, pathchains
 from resgrad.lab.lesson import StackConfig, make_bank
 from resgrad.lab.realflow import text_windows
 from resgrad.nn.blocks import VARIANTS
@@ -54,8 +54,8 @@ def test_deleting_nothing_gives_the_intact_logits_bit_for_bit(variant, dtype):
     m = _model(variant, dtype=dtype)
     idx = _idx()
     logits, _, _ = m.forward(idx)
-    assert np.array_equal(ls.lesioned_logits(m, idx, ls.intact(3)), logits)
-    res = ls.model_study(m, IDS, [ls.intact(3)], seq=8, batch=2, seeds=(0,))
+    assert np.array_equal(lesionstudy.lesioned_logits(m, idx, ls.intact(3)), logits)
+    res = lesionstudy.model_study(m, IDS, [ls.intact(3)], seq=8, batch=2, seeds=(0,))
     w = text_windows(IDS, 8, 2, 0)
     _, loss, _ = m.forward(w[:, :-1], w[:, 1:])
     assert res.values[0, 0, 0] == pytest.approx(loss, rel=1e-12 if dtype == np.float64 else 1e-6)
@@ -75,7 +75,7 @@ def test_every_branch_deleted_is_the_head_on_the_embeddings(variant):
     want = (x0.reshape(-1, C) @ P["wte"].T).reshape(B, T, -1)  # (B*T, C) @ (C, V): the head
     for les in (ls.delete_blocks(4, range(4)),
                 ls.Lesion("delete", tuple(range(4)), (False,) * 4, (False,) * 4, 4)):  # fmt: skip
-        np.testing.assert_array_equal(ls.lesioned_logits(m, idx, les), want)
+        np.testing.assert_array_equal(lesionstudy.lesioned_logits(m, idx, les), want)
 
 
 @pytest.mark.parametrize("variant", ["post-ln", "deepnorm"])
@@ -89,7 +89,7 @@ def test_every_branch_deleted_in_a_post_norm_scheme_keeps_each_layernorm(variant
     for i in range(3):
         for j in (1, 2):
             x, _ = layernorm_forward(x * alpha, P[f"blocks.{i}.ln{j}.g"], P[f"blocks.{i}.ln{j}.b"])
-    np.testing.assert_allclose(ls.lesioned_logits(m, idx, ls.delete_blocks(3, range(3))),
+    np.testing.assert_allclose(lesionstudy.lesioned_logits(m, idx, ls.delete_blocks(3, range(3))),
                                x @ P["wte"].T, rtol=1e-13, atol=1e-13)  # fmt: skip
 
 
@@ -103,7 +103,7 @@ def test_a_deleted_branch_is_its_output_projection_zeroed(variant, branch):
         zeroed = GPT.from_params(m.cfg, {k: v.copy() for k, v in m.params.items()})
         zeroed.params[f"blocks.{i}.{branch}.w_proj"][:] = 0.0
         zeroed.params[f"blocks.{i}.{branch}.b_proj"][:] = 0.0
-        got = ls.lesioned_logits(m, idx, ls.delete_branch(3, i, branch))
+        got = lesionstudy.lesioned_logits(m, idx, ls.delete_branch(3, i, branch))
         np.testing.assert_allclose(got, zeroed.forward(idx)[0], rtol=0, atol=1e-12)
         assert np.abs(got - m.forward(idx)[0]).max() > 1e-6  # the branch did something
 
@@ -116,7 +116,8 @@ def test_a_deleted_block_is_the_model_without_it(variant):
     idx = _idx()
     for i in range(4):
         smaller = _renamed(m, [j for j in range(4) if j != i])
-        np.testing.assert_array_equal(ls.lesioned_logits(m, idx, ls.delete_blocks(4, [i], "block")),
+        les = ls.delete_blocks(4, [i], "block")
+        np.testing.assert_array_equal(lesionstudy.lesioned_logits(m, idx, les),
                                       smaller.forward(idx)[0])  # fmt: skip
     # none without + x: its deleted attention step passes x to the MLP unchanged
     if variant == "none":
@@ -129,10 +130,12 @@ def test_a_deleted_block_is_the_model_without_it(variant):
         x1, _ = mlp_forward(h, P["blocks.0.mlp.w_fc"], P["blocks.0.mlp.b_fc"],
                             P["blocks.0.mlp.w_proj"], P["blocks.0.mlp.b_proj"])  # fmt: skip
         rest = _renamed(m, [1, 2, 3])
-        from resgrad.lab.lesion import _blocks_from, _head
+        from resgrad.lab.lesionstudy import _blocks_from, _head
 
         want = _head(rest, _blocks_from(rest, x1, ls.intact(3), 0))
-        np.testing.assert_allclose(ls.lesioned_logits(m, idx, les), want, rtol=1e-13, atol=1e-13)
+        np.testing.assert_allclose(
+            lesionstudy.lesioned_logits(m, idx, les), want, rtol=1e-13, atol=1e-13
+        )
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
@@ -141,7 +144,7 @@ def test_a_swap_is_the_model_with_its_blocks_reordered(variant):
     idx = _idx()
     for les in (ls.swap_blocks(4, [(1, 2)], "swap"), ls.swap_blocks(4, [(0, 3), (1, 2)])):
         assert les.order in ((0, 2, 1, 3), (3, 2, 1, 0))
-        np.testing.assert_array_equal(ls.lesioned_logits(m, idx, les),
+        np.testing.assert_array_equal(lesionstudy.lesioned_logits(m, idx, les),
                                       _renamed(m, les.order).forward(idx)[0])  # fmt: skip
 
 
@@ -153,12 +156,12 @@ def test_the_study_equals_whole_forwards_and_runs_only_each_lesions_tail(variant
     m = _model(variant, L=4)
     lesions = ls.plan(4, samples=3, seed=5)
     seeds = (0, 4)
-    res = ls.model_study(m, IDS, lesions, seq=8, batch=2, seeds=seeds)
+    res = lesionstudy.model_study(m, IDS, lesions, seq=8, batch=2, seeds=seeds)
     for s, seed in enumerate(seeds):
         w = text_windows(IDS, 8, 2, seed)
-        ref = ls.reference(ls.lesioned_logits(m, w[:, :-1], lesions[0]), w[:, 1:])
+        ref = lesionstudy.reference(lesionstudy.lesioned_logits(m, w[:, :-1], lesions[0]), w[:, 1:])
         for j, les in enumerate(lesions):
-            want = ls.metrics(ref, ls.lesioned_logits(m, w[:, :-1], les))
+            want = lesionstudy.metrics(ref, lesionstudy.lesioned_logits(m, w[:, :-1], les))
             np.testing.assert_array_equal(res.values[j, s], want, err_msg=les.name)
     # the intact stream once per seed, then each lesion from its first changed block
     tails = sum(4 - les.first for les in lesions)
@@ -194,14 +197,14 @@ def _by_hand(z0, z, y):
 def test_each_metric_against_a_hand_computation():
     m = _model("pre-ln", L=3)
     w = text_windows(IDS, 8, 2, 1)
-    z0 = ls.lesioned_logits(m, w[:, :-1], ls.intact(3))
-    z = ls.lesioned_logits(m, w[:, :-1], ls.delete_blocks(3, [0], "block"))
-    got = ls.metrics(ls.reference(z0, w[:, 1:]), z)
+    z0 = lesionstudy.lesioned_logits(m, w[:, :-1], ls.intact(3))
+    z = lesionstudy.lesioned_logits(m, w[:, :-1], ls.delete_blocks(3, [0], "block"))
+    got = lesionstudy.metrics(lesionstudy.reference(z0, w[:, 1:]), z)
     want = _by_hand(z0, z, w[:, 1:])
     np.testing.assert_allclose(got, want, rtol=1e-11, atol=1e-13)
     assert got[4] > 0 and 0 < got[2] < 1  # a real KL, some top-1 changed
     # a distribution shifted by a constant is the same distribution: KL 0, CE unchanged
-    np.testing.assert_allclose(ls.metrics(ls.reference(z0, w[:, 1:]), z0 + 3.0),
+    np.testing.assert_allclose(lesionstudy.metrics(lesionstudy.reference(z0, w[:, 1:]), z0 + 3.0),
                                [want[0] - want[1], 0, 1, _by_hand(z0, z0, w[:, 1:])[3], 0],
                                atol=1e-12)  # fmt: skip
 
@@ -211,7 +214,7 @@ def test_kl_is_intact_given_lesioned_not_the_reverse():
     z = np.array([[[1.0, 0.0, 0.5]]])
     y = np.array([[1]])
     p0, p = (np.exp(a) / np.exp(a).sum() for a in (z0[0, 0], z[0, 0]))
-    kl = ls.metrics(ls.reference(z0, y), z)[4]
+    kl = lesionstudy.metrics(lesionstudy.reference(z0, y), z)[4]
     assert kl == pytest.approx(float(np.sum(p0 * np.log(p0 / p))), rel=1e-12)
     assert abs(kl - float(np.sum(p * np.log(p / p0)))) > 0.05
 
@@ -222,8 +225,8 @@ def test_kl_is_intact_given_lesioned_not_the_reverse():
 def test_rows_are_the_mean_and_sample_std_over_seeds_and_over_the_random_sets():
     m = _model("post-ln", L=3)
     lesions = ls.plan(3, what=("block", "delete"), ks=(1, 2), samples=2, seed=1)
-    res = ls.model_study(m, IDS, lesions, seq=8, batch=2, seeds=(0, 1, 2))
-    table = ls.rows(res)
+    res = lesionstudy.model_study(m, IDS, lesions, seq=8, batch=2, seeds=(0, 1, 2))
+    table = lesiontables.rows(res)
     assert [r.name for r in table] == ["intact", "block 0", "block 1", "block 2",
                                        "delete k=1", "delete k=2"]  # fmt: skip
 
@@ -232,7 +235,7 @@ def test_rows_are_the_mean_and_sample_std_over_seeds_and_over_the_random_sets():
         return math.sqrt(sum((x - mu) ** 2 for x in xs) / (len(xs) - 1))
 
     b1 = table[2]
-    for j, metric in enumerate(ls.METRICS):
+    for j, metric in enumerate(lesionstudy.METRICS):
         xs = list(res.values[2, :, j])  # block 1 on the 3 seeds
         assert b1.get(metric)[0] == pytest.approx(sum(xs) / 3, rel=1e-12, abs=1e-15)
         assert b1.get(metric)[1] == pytest.approx(sample_std(xs), rel=1e-12, abs=1e-15)
@@ -242,21 +245,25 @@ def test_rows_are_the_mean_and_sample_std_over_seeds_and_over_the_random_sets():
     assert table[5].get("dce")[0] == pytest.approx(sum(per_set) / 2, rel=1e-12)
     assert table[5].get("dce")[1] == pytest.approx(sample_std(per_set), rel=1e-12)
     assert table[5].get("dce")[1] > 0
-    one = ls.rows(ls.model_study(m, IDS, lesions, seq=8, batch=2, seeds=(0,)))
+    one = lesiontables.rows(lesionstudy.model_study(m, IDS, lesions, seq=8, batch=2, seeds=(0,)))
     assert one[1].std == (0.0,) * 5  # one seed: no spread
     rec = table[5].record()
-    assert list(rec) == ls.row_keys(ls.METRICS) and rec["dce_std"] == table[5].get("dce")[1]
+    assert (
+        list(rec) == lesiontables.row_keys(lesionstudy.METRICS)
+        and rec["dce_std"] == table[5].get("dce")[1]
+    )
 
 
 def test_the_mean_and_std_over_runs_and_unlike_runs_refused_by_name():
     lesions = ls.plan(3, what=("block",))
-    res = [ls.model_study(_model("pre-ln", seed=s), IDS, lesions, seq=8, batch=2, seeds=(0, 1))
+    res = [lesionstudy.model_study(_model("pre-ln", seed=s), IDS, lesions, seq=8, batch=2,
+                                   seeds=(0, 1))
            for s in range(3)]  # fmt: skip
-    table = ls.across_runs(res, ["a", "b", "c"])
-    per_run = np.array([ls.rows(r)[1].get("kl")[0] for r in res])  # (R,) block 0
+    table = lesiontables.across_runs(res, ["a", "b", "c"])
+    per_run = np.array([lesiontables.rows(r)[1].get("kl")[0] for r in res])  # (R,) block 0
     assert table[1].get("kl")[0] == pytest.approx(per_run.mean(), rel=1e-12)
     assert table[1].get("kl")[1] == pytest.approx(per_run.std(ddof=1), rel=1e-12)
-    assert ls.across_runs(res[:1], ["a"])[1].std == (0.0,) * 5
+    assert lesiontables.across_runs(res[:1], ["a"])[1].std == (0.0,) * 5
     for other, field in [
         (_model("post-ln"), "scheme"),
         (_model("pre-ln", L=4), "depth"),
@@ -264,13 +271,13 @@ def test_the_mean_and_std_over_runs_and_unlike_runs_refused_by_name():
         (GPT(GPTConfig(vocab_size=20, block_size=16, n_layer=3, n_head=4, n_embd=8)), "heads"),
         (_model("pre-ln", V=21), "vocabulary"),
     ]:
-        r = ls.model_study(other, IDS, ls.plan(other.cfg.n_layer, what=("block",)), seq=8,
-                           batch=2, seeds=(0, 1))  # fmt: skip
+        r = lesionstudy.model_study(other, IDS, ls.plan(other.cfg.n_layer, what=("block",)), seq=8,
+                                    batch=2, seeds=(0, 1))  # fmt: skip
         with pytest.raises(ValueError, match=f"run 'odd' has {field}"):
-            ls.across_runs([res[0], r], ["a", "odd"])
-    r = ls.model_study(_model(), IDS[::-1].copy(), lesions, seq=8, batch=2, seeds=(0, 1))
+            lesiontables.across_runs([res[0], r], ["a", "odd"])
+    r = lesionstudy.model_study(_model(), IDS[::-1].copy(), lesions, seq=8, batch=2, seeds=(0, 1))
     with pytest.raises(ValueError, match="run 'odd' has the text's token ids"):
-        ls.across_runs([res[0], r], ["a", "odd"])
+        lesiontables.across_runs([res[0], r], ["a", "odd"])
 
 
 # --------------------------------------------------------------------------- the plan
@@ -364,17 +371,17 @@ def test_more_refusals_before_any_forward(monkeypatch):
     def boom(*a, **k):
         raise AssertionError("a forward ran before the refusal")
 
-    monkeypatch.setattr(ls, "_stream", boom)
+    monkeypatch.setattr(lesionstudy, "_stream", boom)
     m = _model()
     lesions = ls.plan(3, what=("block",))
     with pytest.raises(ValueError, match="seq 17 is longer than the model's context of 16"):
-        ls.model_study(m, IDS, lesions, seq=17, batch=2)
+        lesionstudy.model_study(m, IDS, lesions, seq=17, batch=2)
     with pytest.raises(ValueError, match="the text is 9 tokens; --seq 9 needs at least 10"):
-        ls.model_study(m, IDS[:9], lesions, seq=9, batch=2)
+        lesionstudy.model_study(m, IDS[:9], lesions, seq=9, batch=2)
     with pytest.raises(ValueError, match=r"seed 4294967296 is out of range"):
-        ls.model_study(m, IDS, lesions, seq=8, batch=2, seeds=(0, 2**32))
+        lesionstudy.model_study(m, IDS, lesions, seq=8, batch=2, seeds=(0, 2**32))
     with pytest.raises(ValueError, match="the lesions must be plan\\(\\)'s for the model's L = 3"):
-        ls.model_study(m, IDS, ls.plan(4), seq=8, batch=2)
+        lesionstudy.model_study(m, IDS, ls.plan(4), seq=8, batch=2)
 
 
 @pytest.mark.parametrize("L, kw", [(3, {}), (5, dict(samples=4)), (6, dict(ks=(2, 3))),
@@ -423,15 +430,16 @@ def test_the_memory_estimate_bounds_what_a_study_allocates():
     m = _model("pre-ln", L=2, V=4000)
     ids = np.random.default_rng(0).integers(0, 4000, 500)
     lesions = ls.plan(2, what=("block", "swap"))
-    ls.model_study(m, ids, lesions, seq=16, batch=4, seeds=(0,))  # numba compiles on first use
+    # numba compiles on first use
+    lesionstudy.model_study(m, ids, lesions, seq=16, batch=4, seeds=(0,))
     tracemalloc.start()
     try:
-        ls.model_study(m, ids, lesions, seq=16, batch=4, seeds=(0,))
+        lesionstudy.model_study(m, ids, lesions, seq=16, batch=4, seeds=(0,))
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
     logits = 4 * 16 * 4000 * 8  # one (B, T, V) float64 array
-    assert 2 * logits < peak <= ls.lesion_bytes(m.cfg, 16, 4, itemsize=8)
+    assert 2 * logits < peak <= lesionstudy.lesion_bytes(m.cfg, 16, 4, itemsize=8)
 
 
 # --------------------------------------------------------------------------- the lesson
@@ -439,7 +447,7 @@ def test_the_memory_estimate_bounds_what_a_study_allocates():
 
 def test_the_lessons_stack_against_a_hand_computation_and_without_its_skip():
     lesions = ls.plan(6, what=("block", "swap"), lesson=True)
-    res = ls.lesson_study(6, lesions)
+    res = lesionstudy.lesson_study(6, lesions)
     Ws = make_bank(StackConfig(depths=(6,)), 6)
     x0 = np.random.RandomState(0).randn(4, 16)
 
@@ -457,15 +465,15 @@ def test_the_lessons_stack_against_a_hand_computation_and_without_its_skip():
         assert res.values[j, 0, 0] == pytest.approx(np.linalg.norm(yl - y) / np.linalg.norm(y),
                                                     rel=1e-12, abs=1e-15)  # fmt: skip
     # the chain paths splits is the same stack: its output is y
-    plain = ls.lesson_study(6, lesions, residual=False)
+    plain = lesionstudy.lesson_study(6, lesions, residual=False)
     yp = run(range(6), [True] * 6, residual=False)
     les = lesions[3]  # block 2 deleted: the plain stack passes x past it
     want = np.linalg.norm(run(les.order, les.attn, False) - yp) / np.linalg.norm(yp)
     assert plain.values[3, 0, 0] == pytest.approx(want, rel=1e-12)
     blocks = slice(1, 7)
     assert plain.values[blocks, 0, 0].mean() > 3 * res.values[blocks, 0, 0].mean()
-    assert paths.stack_chain(StackConfig(depths=(6,)), 6).n == 6
-    two = ls.lesson_study(6, lesions, seeds=(42, 7))
+    assert pathchains.stack_chain(StackConfig(depths=(6,)), 6).n == 6
+    two = lesionstudy.lesson_study(6, lesions, seeds=(42, 7))
     assert two.values[1, 0, 0] == res.values[1, 0, 0] != two.values[1, 1, 0]
 
 
@@ -486,28 +494,30 @@ def test_every_kept_checkpoint_is_studied_on_the_same_windows(tmp_path):
                               config={"model": {**m.cfg.__dict__}, "train": {}})  # fmt: skip
             save_checkpoint(tmp_path / run / f"ckpt-{it}.ckpt", ckpt)
     seen = []
-    got = ls.run_checkpoint_lesions(str(tmp_path / "r1"), text, 8, 2, (0, 1), what=("block",),
-                                    fits=seen.append)  # fmt: skip
+    got = lesionruns.run_checkpoint_lesions(str(tmp_path / "r1"), text, 8, 2, (0, 1),
+                                            what=("block",), fits=seen.append)  # fmt: skip
     assert [c.iteration for c in got] == [0, 50] and len(seen) == 2
     from resgrad.train.data import CharTokenizer
 
     ids = CharTokenizer(CHARS).encode(text)
     for c in got:
-        want = ls.model_study(models[("r1", c.iteration)], ids, ls.plan(3, what=("block",)), 8,
-                              2, (0, 1))  # fmt: skip
+        want = lesionstudy.model_study(models[("r1", c.iteration)], ids,
+                                       ls.plan(3, what=("block",)), 8, 2, (0, 1))  # fmt: skip
         np.testing.assert_array_equal(c.result.values, want.values)
-    other = ls.run_checkpoint_lesions(str(tmp_path / "r2"), text, 8, 2, (0, 1), what=("block",))
-    steps = ls.across_checkpoints([got, other], ["r1", "r2"])
+    other = lesionruns.run_checkpoint_lesions(
+        str(tmp_path / "r2"), text, 8, 2, (0, 1), what=("block",)
+    )
+    steps = lesionruns.across_checkpoints([got, other], ["r1", "r2"])
     assert [s[0] for s in steps] == [0, 50]
     it, table, sums = steps[1]
-    s1 = ls.summary(ls.rows(got[1].result))
+    s1 = lesiontables.summary(lesiontables.rows(got[1].result))
     np.testing.assert_equal(tuple(sums[0]), tuple(s1))  # NaN where no swap was asked for
     assert len(sums) == 2
-    dce = [r.get("dce")[0] for r in ls.rows(got[1].result) if r.kind == "block"]
+    dce = [r.get("dce")[0] for r in lesiontables.rows(got[1].result) if r.kind == "block"]
     assert s1.block_dce == pytest.approx(np.mean(dce)) and s1.worst_block == int(np.argmax(dce))
     assert math.isnan(s1.swap_dce)
     with pytest.raises(ValueError, match="keeps no checkpoint per step"):
-        ls.run_checkpoint_lesions(str(tmp_path), text)
+        lesionruns.run_checkpoint_lesions(str(tmp_path), text)
 
 
 # --------------------------------------------------------------------------- the figure
@@ -515,9 +525,9 @@ def test_every_kept_checkpoint_is_studied_on_the_same_windows(tmp_path):
 
 def test_the_figure_draws_the_rows_numbers_in_three_panels(tmp_path, monkeypatch):
     m = _model("pre-ln", L=4)
-    res = ls.model_study(m, IDS, ls.plan(4, samples=3), seq=8, batch=2, seeds=(0, 1))
-    table = ls.rows(res)
-    fig = ls.lesion_figure(table, "my model (pre-ln, L=4, C=8), T=8")
+    res = lesionstudy.model_study(m, IDS, ls.plan(4, samples=3), seq=8, batch=2, seeds=(0, 1))
+    table = lesiontables.rows(res)
+    fig = lesionfigs.lesion_figure(table, "my model (pre-ln, L=4, C=8), T=8")
     a, b, c = fig.axes[:3]
     assert "my model (pre-ln, L=4, C=8)" in fig._suptitle.get_text()
     by = {line.get_label(): line for ax in (a, b, c) for line in ax.get_lines()}
@@ -534,20 +544,20 @@ def test_the_figure_draws_the_rows_numbers_in_three_panels(tmp_path, monkeypatch
     swaps = [r for r in table if r.kind == "swap"]
     np.testing.assert_allclose(by["blocks i and i + 1 swapped"].get_ydata(),
                                [r.get("dce")[0] for r in swaps])  # fmt: skip
-    kl = ls.lesion_figure(table, "t", metric="kl")
+    kl = lesionfigs.lesion_figure(table, "t", metric="kl")
     assert kl.axes[0].get_ylabel() == "KL(intact || lesioned)"
-    only = ls.lesion_figure([r for r in table if r.kind in ("intact", "block")], "t")
+    only = lesionfigs.lesion_figure([r for r in table if r.kind in ("intact", "block")], "t")
     assert [t.get_text() for t in only.axes[1].texts] == ["not measured"]
     for ext in ("png", "svg"):
-        ls.save_lesion_figure(tmp_path / f"f.{ext}", table, "t")
+        lesionfigs.save_lesion_figure(tmp_path / f"f.{ext}", table, "t")
         assert (tmp_path / f"f.{ext}").stat().st_size > 1000
 
     def boom(*a, **k):
         raise AssertionError("drew before refusing the extension")
 
-    monkeypatch.setattr(ls, "lesion_figure", boom)
+    monkeypatch.setattr(lesionfigs, "lesion_figure", boom)
     with pytest.raises(ValueError, match="jpg"):
-        ls.save_lesion_figure(tmp_path / "f.jpg", table)
+        lesionfigs.save_lesion_figure(tmp_path / "f.jpg", table)
     assert not (tmp_path / "f.jpg").exists()
 
 
@@ -556,12 +566,12 @@ def test_the_progress_bar_is_on_stderr_when_asked_and_silent_off_a_terminal(caps
     lesions = ls.plan(3, what=("block",))
     cost = ls.model_cost(m.cfg, 8, 2, lesions, 1)
     with ls.progress_bar(cost, True) as bar:
-        ls.model_study(m, IDS, lesions, seq=8, batch=2, tick=bar.update)
+        lesionstudy.model_study(m, IDS, lesions, seq=8, batch=2, tick=bar.update)
     assert bar.n == 3 == cost.passes
     err = capsys.readouterr()
     assert "lesion (about" in err.err and err.out == ""
     with ls.progress_bar(cost._replace(seconds=1e6)) as bar:  # None: a terminal only
-        ls.model_study(m, IDS, lesions, seq=8, batch=2, tick=bar.update)
+        lesionstudy.model_study(m, IDS, lesions, seq=8, batch=2, tick=bar.update)
     assert capsys.readouterr().err == ""
 
 
@@ -615,7 +625,7 @@ def test_a_directory_transformers_saved_is_lesioned_as_torch_lesions_it(tmp_path
             kept.append(b)
         h.transformer.h = torch.nn.ModuleList(kept)
         ref = torch_logits(h)
-        got = ls.lesioned_logits(model, idx, les)
+        got = lesionstudy.lesioned_logits(model, idx, les)
         assert np.abs(got - ref).max() <= 1e-10, les.name
         if les.kind != "intact":
             assert np.abs(ref - intact).max() > 1e-2, les.name  # the lesion did something

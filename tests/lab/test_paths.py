@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from resgrad.lab import paths
+from resgrad.lab import budget, pathchains, pathfigs, paths
 from resgrad.lab.lesson import StackConfig, run_stack
 from resgrad.nn.blocks import VARIANTS
 from resgrad.nn.model import GPT, GPTConfig
@@ -33,7 +33,7 @@ def _model(variant, n_layer=2, seed=0, init="xavier"):
 def _chain(variant, n_layer=2, seed=0, B=2, T=6):
     m = _model(variant, n_layer, seed)
     ids = np.random.default_rng(seed).integers(0, 13, size=(B, T + 1))  # (B, T + 1)
-    return m, ids, paths.gpt_chain(m, ids[:, :-1], ids[:, 1:])
+    return m, ids, pathchains.gpt_chain(m, ids[:, :-1], ids[:, 1:])
 
 
 def _rel(a, b):
@@ -182,7 +182,7 @@ def test_every_path_of_ten_branches_and_the_joint_split():
 
 
 def test_every_path_of_the_lesson_stack_equals_the_per_k_parts():
-    chain = paths.stack_chain(StackConfig(depths=(9,), scale=1.5), residual=True)
+    chain = pathchains.stack_chain(StackConfig(depths=(9,), scale=1.5), residual=True)
     assert _brute_force_error(chain) < 1e-10
 
 
@@ -235,13 +235,13 @@ def test_the_joint_split_sums_to_the_per_k_split(variant):
 
 def test_the_lessons_stack_parts_sum_to_its_gradient_and_the_plain_stack_is_all_at_N():
     cfg = StackConfig()
-    chain = paths.stack_chain(cfg)  # N = 20, the lesson's table
+    chain = pathchains.stack_chain(cfg)  # N = 20, the lesson's table
     sp = paths.split(chain)
     prof = run_stack(cfg, 20, residual=True)
     np.testing.assert_allclose(sp.full_norms, prof.grad_norms, rtol=1e-13)
     assert sp.sum_errors.max() < 1e-12
     assert sp.norms[0, 0] == pytest.approx(cfg.upstream_norm)  # the highway: ones, norm 8
-    plain = paths.split(paths.stack_chain(cfg, residual=False))
+    plain = paths.split(pathchains.stack_chain(cfg, residual=False))
     assert np.flatnonzero(plain.norms[0]).tolist() == [20]
     assert plain.norms[0, 20] == pytest.approx(run_stack(cfg, 20, residual=False).grad_norms[0])
 
@@ -251,7 +251,7 @@ def test_a_linear_stack_matches_the_binomial_closed_form():
     (Veit et al.'s setting): cross terms between distinct paths vanish in expectation."""
     n, sigma, S = 6, 0.7, 400
     cfgs = [StackConfig(depths=(n,), scale=sigma, width=32, batch=2, seed=s) for s in range(S)]
-    chains = [paths.stack_chain(c, activation="linear") for c in cfgs]
+    chains = [pathchains.stack_chain(c, activation="linear") for c in cfgs]
     sq = np.array([paths.split(c).norms[0] ** 2 / 64.0 for c in chains])  # (S, n + 1)
     expect = np.array([math.comb(n, k) * sigma ** (2 * k) for k in range(n + 1)])
     mean, se = sq.mean(axis=0), sq.std(axis=0, ddof=1) / math.sqrt(S)
@@ -267,7 +267,7 @@ def test_a_linear_stack_matches_the_binomial_closed_form():
 
 
 def test_veits_sampled_estimate_converges_to_its_exact_expectation():
-    chain = paths.stack_chain(StackConfig(depths=(8,), scale=1.5))
+    chain = pathchains.stack_chain(StackConfig(depths=(8,), scale=1.5))
     exact = paths.veit_exact(chain)
     assert exact.count.tolist() == [math.comb(8, k) for k in range(9)]
     np.testing.assert_allclose(exact.total, exact.count * exact.mean)
@@ -320,12 +320,12 @@ def test_bad_input_is_refused_naming_the_value():
     with pytest.raises(ValueError, match="path length 5 is outside 0..4"):
         paths.veit_sample(chain, 1, seed=0, ks=[5])
     with pytest.raises(ValueError, match="unknown activation 'relu'"):
-        paths.stack_chain(activation="relu")
+        pathchains.stack_chain(activation="relu")
     with pytest.raises(ValueError, match="mass must be in"):
         paths.effective_range([1.0], mass=0)
     with pytest.raises(ValueError, match="joint"):
         paths.path_table([paths.split(chain, joint=True)])
-    big = paths.stack_chain(StackConfig(depths=(17,)))
+    big = pathchains.stack_chain(StackConfig(depths=(17,)))
     with pytest.raises(ValueError, match="131072 paths to enumerate"):
         paths.veit_exact(big)
 
@@ -334,7 +334,9 @@ def test_bad_input_is_refused_naming_the_value():
 
 
 def _lesson_splits(seeds, depth=6):
-    chains = [paths.stack_chain(StackConfig(depths=(depth,), scale=1.5, seed=s)) for s in seeds]
+    chains = [
+        pathchains.stack_chain(StackConfig(depths=(depth,), scale=1.5, seed=s)) for s in seeds
+    ]
     return [paths.split(c) for c in chains], [paths.veit_sample(c, 20, seed=0) for c in chains]
 
 
@@ -344,7 +346,7 @@ def _lines(ax):
 
 def test_the_figure_draws_the_splits_numbers_mean_over_seeds_with_their_band():
     splits, veits = _lesson_splits((42, 43, 44))
-    fig = paths.path_figure(splits, veits, "lesson")
+    fig = pathfigs.path_figure(splits, veits, "lesson")
     ax_a, ax_b, ax_c = fig.axes[:3]
     ax_h, ax_s = [a for a in fig.axes if a.images]  # the mean share and its spread
     assert ax_h is fig.axes[3]
@@ -366,7 +368,7 @@ def test_the_figure_draws_the_splits_numbers_mean_over_seeds_with_their_band():
     img = ax_h.images[0].get_array()
     mean = np.mean([s.share_norm() for s in splits], axis=0)  # (7, 7)
     assert img.shape == (7, 7) and img.mask[6, 1:].all() and not img.mask[0].any()
-    np.testing.assert_allclose(img[~img.mask], np.maximum(mean, paths.HEAT_FLOOR)[~img.mask])
+    np.testing.assert_allclose(img[~img.mask], np.maximum(mean, pathfigs.HEAT_FLOOR)[~img.mask])
     assert len([p for p in ax_h.patches if not p.get_fill()]) == 7
     std = np.std([s.share_norm() for s in splits], axis=0)
     np.testing.assert_allclose(ax_s.images[0].get_array()[0], std[0])
@@ -374,7 +376,7 @@ def test_the_figure_draws_the_splits_numbers_mean_over_seeds_with_their_band():
 
 def test_with_one_seed_and_no_veit_the_figure_says_so_and_draws_no_band():
     splits, _ = _lesson_splits((42,))
-    fig = paths.path_figure(splits)
+    fig = pathfigs.path_figure(splits)
     ax_b, ax_c = fig.axes[1], fig.axes[2]
     (label,) = _lines(ax_b)
     assert "exact ||part_k|| / C(n, k)" in label and "not sampled" in ax_b.get_title(loc="left")
@@ -390,17 +392,17 @@ def test_save_path_figure_writes_png_or_svg_and_refuses_a_bad_extension_first(
     tmp_path, monkeypatch
 ):
     splits, veits = _lesson_splits((42, 43))
-    paths.save_path_figure(tmp_path / "f.png", splits, veits)
-    paths.save_path_figure(tmp_path / "f.svg", splits)
+    pathfigs.save_path_figure(tmp_path / "f.png", splits, veits)
+    pathfigs.save_path_figure(tmp_path / "f.svg", splits)
     assert (tmp_path / "f.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert b"<svg" in (tmp_path / "f.svg").read_bytes()[:500]
 
     def boom(*a, **k):
         raise AssertionError("drawn before the extension was checked")
 
-    monkeypatch.setattr(paths, "path_figure", boom)
+    monkeypatch.setattr(pathfigs, "path_figure", boom)
     with pytest.raises(ValueError, match="expected a file name ending in .png or .svg"):
-        paths.save_path_figure(tmp_path / "f.pdf", splits)
+        pathfigs.save_path_figure(tmp_path / "f.pdf", splits)
     assert not (tmp_path / "f.pdf").exists()
 
 
@@ -408,15 +410,15 @@ def test_the_figure_refuses_what_it_cannot_draw():
     splits, veits = _lesson_splits((42,))
     other, _ = _lesson_splits((42,), depth=5)
     with pytest.raises(ValueError, match="at least one split"):
-        paths.path_figure([])
+        pathfigs.path_figure([])
     with pytest.raises(ValueError, match="the same n"):
-        paths.path_figure(splits + other)
+        pathfigs.path_figure(splits + other)
     with pytest.raises(ValueError, match="every k = 0..6"):
-        paths.path_figure(splits, [paths.veit_sample(paths.stack_chain(StackConfig(depths=(6,))),
-                                                     3, seed=0, ks=[0, 1])])  # fmt: skip
+        six = pathchains.stack_chain(StackConfig(depths=(6,)))
+        pathfigs.path_figure(splits, [paths.veit_sample(six, 3, seed=0, ks=[0, 1])])
     _, _, chain = _chain("pre-ln")
     with pytest.raises(ValueError, match="joint"):
-        paths.path_figure([paths.split(chain, joint=True)])
+        pathfigs.path_figure([paths.split(chain, joint=True)])
 
 
 def test_model_veit_samples_each_seeds_windows():
@@ -427,7 +429,7 @@ def test_model_veit_samples_each_seeds_windows():
     got = paths.model_veit(m, ids, seq=6, batch=2, seeds=(0, 3), samples=4)
     for s, v in zip((0, 3), got):
         w = text_windows(ids, 6, 2, s)  # (B, T + 1)
-        ref = paths.veit_sample(paths.gpt_chain(m, w[:, :-1], w[:, 1:]), 4, seed=0)
+        ref = paths.veit_sample(pathchains.gpt_chain(m, w[:, :-1], w[:, 1:]), 4, seed=0)
         np.testing.assert_allclose(v.mean, ref.mean, rtol=1e-12)
     assert not np.allclose(got[0].mean, got[1].mean)  # two batches, two estimates
     with pytest.raises(ValueError, match="seq 9 is longer than the model's context of 8"):
@@ -436,11 +438,11 @@ def test_model_veit_samples_each_seeds_windows():
 
 def test_a_split_too_long_to_finish_is_refused_before_it_starts(monkeypatch):
     monkeypatch.setattr(paths, "MAX_SPLIT_BRANCHES", 5)
-    chain = paths.stack_chain(StackConfig(), 6)
+    chain = pathchains.stack_chain(StackConfig(), 6)
     with pytest.raises(ValueError, match=r"6 branches needs n\(n \+ 1\)/2 = 21 branch VJPs; "
                                          r"expected at most 5 branches"):  # fmt: skip
         paths.split(chain)
-    assert paths.split(paths.stack_chain(StackConfig(), 5)).vjps == 15
+    assert paths.split(pathchains.stack_chain(StackConfig(), 5)).vjps == 15
 
 
 # ----------------------------------------------------------------- the statistics, by hand
@@ -501,7 +503,7 @@ def test_paths_in_range_counts_both_ends():
 def test_veit_sample_is_its_documented_protocol_recomputed_by_hand():
     """Per k: ``default_rng([seed, k])`` draws ``samples`` sets of k distinct branches; the
     mean and the std (ddof=0) of their paths' magnitudes at x_0."""
-    chain = paths.stack_chain(StackConfig(depths=(6,), scale=1.5))
+    chain = pathchains.stack_chain(StackConfig(depths=(6,), scale=1.5))
     est = paths.veit_sample(chain, 7, seed=3, ks=[2, 5])
     assert est.ks == (2, 5) and est.samples == 7 and est.seed == 3
     for j, k in enumerate((2, 5)):
@@ -516,7 +518,7 @@ def test_veit_sample_is_its_documented_protocol_recomputed_by_hand():
 
 
 def test_veit_sample_of_one_k_is_the_same_whatever_other_ks_are_asked_for():
-    chain = paths.stack_chain(StackConfig(depths=(6,), scale=1.5))
+    chain = pathchains.stack_chain(StackConfig(depths=(6,), scale=1.5))
     alone = paths.veit_sample(chain, 9, seed=4, ks=[2])
     with5 = paths.veit_sample(chain, 9, seed=4, ks=[2, 5])
     before = paths.veit_sample(chain, 9, seed=4, ks=[5, 2])
@@ -532,74 +534,74 @@ def test_veit_sample_of_one_k_is_the_same_whatever_other_ks_are_asked_for():
 
 def test_the_estimate_counts_exactly_the_vjps_the_work_does():
     ticks = []
-    chain = paths.stack_chain(StackConfig(depths=(7,)))
+    chain = pathchains.stack_chain(StackConfig(depths=(7,)))
     sp = paths.split(chain, tick=ticks.append)
-    assert sum(ticks) == sp.vjps == paths.lesson_work(7, 16, 4, chains=1).vjps == 28
+    assert sum(ticks) == sp.vjps == budget.lesson_work(7, 16, 4, chains=1).vjps == 28
     ticks.clear()
     paths.veit_sample(chain, 3, seed=0, tick=ticks.append)
-    assert sum(ticks) == 3 * 28 == paths.lesson_work(7, 16, 4, 1, samples=3).vjps - 28
-    plain = paths.split(paths.stack_chain(StackConfig(depths=(7,)), residual=False))
-    assert plain.vjps == paths.lesson_work(7, 16, 4, 1, residual=False).vjps == 7
+    assert sum(ticks) == 3 * 28 == budget.lesson_work(7, 16, 4, 1, samples=3).vjps - 28
+    plain = paths.split(pathchains.stack_chain(StackConfig(depths=(7,)), residual=False))
+    assert plain.vjps == budget.lesson_work(7, 16, 4, 1, residual=False).vjps == 7
     m = _model("pre-ln", n_layer=3)
     ids = np.random.default_rng(0).integers(0, 13, size=100)
     ticks.clear()
     splits = paths.model_splits(m, ids, 6, 2, (0, 1), tick=ticks.append)
     paths.model_veit(m, ids, 6, 2, (0, 1), 2, tick=ticks.append)
-    assert sum(ticks) == 2 * splits[0].vjps + 2 * 2 * 21 == paths.model_work(
+    assert sum(ticks) == 2 * splits[0].vjps + 2 * 2 * 21 == budget.model_work(
         m.cfg, 6, 2, chains=2, samples=2).vjps  # fmt: skip
     none = _model("none", n_layer=3)
-    assert paths.model_splits(none, ids, 6, 2)[0].vjps == paths.model_work(none.cfg, 6, 2, 1).vjps
+    assert paths.model_splits(none, ids, 6, 2)[0].vjps == budget.model_work(none.cfg, 6, 2, 1).vjps
 
 
 def test_the_estimate_grows_with_every_count_that_multiplies_the_work():
     cfg = GPTConfig(vocab_size=65, block_size=64, n_layer=4, n_head=4, n_embd=64)
-    base = paths.model_work(cfg, 64, 4, chains=3)
+    base = budget.model_work(cfg, 64, 4, chains=3)
     assert base.seconds > 0
-    for more in (paths.model_work(cfg, 64, 4, chains=6), paths.model_work(cfg, 64, 8, 3),
-                 paths.model_work(cfg, 32 * 2, 4, 3, samples=10)):  # fmt: skip
+    for more in (budget.model_work(cfg, 64, 4, chains=6), budget.model_work(cfg, 64, 8, 3),
+                 budget.model_work(cfg, 32 * 2, 4, 3, samples=10)):  # fmt: skip
         assert more.seconds > 1.9 * base.seconds
-    assert paths.model_work(cfg, 64, 4, 3, samples=10).vjps == 11 * base.vjps
+    assert budget.model_work(cfg, 64, 4, 3, samples=10).vjps == 11 * base.vjps
     wide = GPTConfig(vocab_size=65, block_size=64, n_layer=4, n_head=4, n_embd=256)
-    assert paths.model_work(wide, 64, 4, 3).seconds > 4 * base.seconds
-    assert paths.lesson_work(20, 16, 4, 1, samples=10**9).seconds > 86400  # days
+    assert budget.model_work(wide, 64, 4, 3).seconds > 4 * base.seconds
+    assert budget.lesson_work(20, 16, 4, 1, samples=10**9).seconds > 86400  # days
 
 
 def test_require_time_refuses_over_the_budget_and_says_what_it_would_take():
-    w = paths.Work(vjps=1_234_567, seconds=7200.0)
-    paths.require_time(w, 7200.0, "this", "pass --budget {seconds}")  # at the budget: allowed
+    w = budget.Work(vjps=1_234_567, seconds=7200.0)
+    budget.require_time(w, 7200.0, "this", "pass --budget {seconds}")  # at the budget: allowed
     with pytest.raises(ValueError) as e:
-        paths.require_time(w, 600.0, "the lesson's stack", "pass --budget {seconds} to allow it")
+        budget.require_time(w, 600.0, "the lesson's stack", "pass --budget {seconds} to allow it")
     msg = str(e.value)
     assert msg == (
         "the lesson's stack would take about 2.0 h (1,234,567 branch VJPs; an "
         "estimate), more than the budget of 10.0 min; pass --budget 9000 to allow it"
     )
-    assert [paths.format_seconds(t) for t in (5, 90, 7200, 3 * 86400)] == [
+    assert [budget.format_seconds(t) for t in (5, 90, 7200, 3 * 86400)] == [
         "5 s", "1.5 min", "2.0 h", "3.0 days"]  # fmt: skip
 
 
 def test_the_progress_bar_counts_the_vjps_and_shows_only_when_asked_or_long(monkeypatch):
     import io
 
-    w = paths.Work(vjps=28, seconds=1.0)
+    w = budget.Work(vjps=28, seconds=1.0)
     err = io.StringIO()
     monkeypatch.setattr("sys.stderr", err)
-    with paths.work_bar(w, progress=True) as bar:
-        paths.split(paths.stack_chain(StackConfig(depths=(7,))), tick=bar.update)
+    with budget.work_bar(w, progress=True) as bar:
+        paths.split(pathchains.stack_chain(StackConfig(depths=(7,))), tick=bar.update)
         assert (bar.n, bar.total) == (28, 28)
     assert "100%" in err.getvalue() and "paths (about 1 s)" in err.getvalue()
-    assert paths.work_bar(w).disable  # under PROGRESS_AFTER_S: never
-    assert paths.work_bar(w, progress=False).disable
-    long = paths.Work(vjps=28, seconds=paths.PROGRESS_AFTER_S + 1)
-    assert paths.work_bar(long).disable  # long, but stderr is no terminal
+    assert budget.work_bar(w).disable  # under PROGRESS_AFTER_S: never
+    assert budget.work_bar(w, progress=False).disable
+    long = budget.Work(vjps=28, seconds=budget.PROGRESS_AFTER_S + 1)
+    assert budget.work_bar(long).disable  # long, but stderr is no terminal
 
     class Tty(io.StringIO):
         def isatty(self):
             return True
 
     monkeypatch.setattr("sys.stderr", Tty())
-    assert not paths.work_bar(long).disable  # long, on a terminal
-    assert paths.work_bar(w).disable
+    assert not budget.work_bar(long).disable  # long, on a terminal
+    assert budget.work_bar(w).disable
 
 
 def test_the_figure_names_x_0_as_what_it_is_the_lessons_input_or_the_embeddings():
@@ -607,5 +609,5 @@ def test_the_figure_names_x_0_as_what_it_is_the_lessons_input_or_the_embeddings(
     lesson, _ = _lesson_splits((42,))
     _, _, chain = _chain("pre-ln")
     for splits, x0 in ((lesson, "the stack's input"), ([paths.split(chain)], "the embeddings'")):
-        ax_h = next(a for a in paths.path_figure(splits).axes if a.images)
+        ax_h = next(a for a in pathfigs.path_figure(splits).axes if a.images)
         assert ax_h.get_ylabel().startswith(f"boundary i (x_0: {x0}"), ax_h.get_ylabel()

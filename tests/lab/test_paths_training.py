@@ -7,7 +7,7 @@ import shutil
 import numpy as np
 import pytest
 
-from resgrad.lab import paths
+from resgrad.lab import pathruns, paths
 from resgrad.train.config import TrainConfig
 from resgrad.train.data import read_text
 from resgrad.train.loop import train
@@ -32,7 +32,7 @@ def run(tmp_path_factory):
 
 def test_every_checkpoint_equals_each_checkpoint_alone(run):
     text = read_text(run.data)
-    res = paths.run_checkpoint_paths(run.out_dir, text, seq=12, batch=3, seeds=(0, 5))
+    res = pathruns.run_checkpoint_paths(run.out_dir, text, seq=12, batch=3, seeds=(0, 5))
     assert [r.iteration for r in res] == [0, 4, 8]
     for r, (it, path) in zip(res, kept_checkpoints(run.out_dir)):
         assert (r.iteration, r.path) == (it, path)
@@ -61,7 +61,7 @@ def test_the_windows_are_the_same_at_every_step(run, monkeypatch):
         return w
 
     monkeypatch.setattr(paths, "text_windows", spy)
-    paths.run_checkpoint_paths(run.out_dir, read_text(run.data), seq=8, batch=2, seeds=(3,))
+    pathruns.run_checkpoint_paths(run.out_dir, read_text(run.data), seq=8, batch=2, seeds=(3,))
     assert len(drawn) == 3
     assert all(np.array_equal(drawn[0], w) for w in drawn[1:])
 
@@ -71,9 +71,9 @@ def test_a_run_without_kept_checkpoints_is_refused(run, tmp_path):
     bare.mkdir()
     shutil.copy(f"{run.out_dir}/last.ckpt", bare / "last.ckpt")
     with pytest.raises(ValueError, match=r"keeps no checkpoint per step .*--keep-every N$"):
-        paths.run_checkpoint_paths(str(bare))
+        pathruns.run_checkpoint_paths(str(bare))
     with pytest.raises(NotADirectoryError, match="not a directory"):
-        paths.run_checkpoint_paths(f"{run.out_dir}/last.ckpt")
+        pathruns.run_checkpoint_paths(f"{run.out_dir}/last.ckpt")
 
 
 def test_a_checkpoint_of_another_vocabulary_is_refused(run, tmp_path):
@@ -88,20 +88,20 @@ def test_a_checkpoint_of_another_vocabulary_is_refused(run, tmp_path):
     with pytest.raises(ValueError, match=r"ckpt-99.ckpt' has vocabulary 15 characters "
                        r"' \*\+-/0123456789', checkpoint '.*ckpt-0.ckpt' has 28 characters "
                        r"' \.abcdefghijklmnopqrstuvwxyz': not one run$"):  # fmt: skip
-        paths.run_checkpoint_paths(str(mixed), read_text(run.data), seq=8, batch=2)
+        pathruns.run_checkpoint_paths(str(mixed), read_text(run.data), seq=8, batch=2)
 
 
 def test_fits_sees_every_checkpoint_before_its_split(run):
     seen = []
-    paths.run_checkpoint_paths(run.out_dir, read_text(run.data), seq=8, batch=2,
-                               fits=seen.append)  # fmt: skip
+    pathruns.run_checkpoint_paths(run.out_dir, read_text(run.data), seq=8, batch=2,
+                                  fits=seen.append)  # fmt: skip
     assert [(c.n_layer, c.n_embd) for c in seen] == [(2, 16)] * 3
 
     def refuse(cfg):
         raise MemoryError(f"L={cfg.n_layer} will not fit")
 
     with pytest.raises(MemoryError, match="L=2 will not fit"):
-        paths.run_checkpoint_paths(run.out_dir, read_text(run.data), seq=8, batch=2, fits=refuse)
+        pathruns.run_checkpoint_paths(run.out_dir, read_text(run.data), seq=8, batch=2, fits=refuse)
 
 
 # ----------------------------------------------------------------- several runs
@@ -110,7 +110,7 @@ def test_fits_sees_every_checkpoint_before_its_split(run):
 def _info(**kw):
     base = dict(scheme="pre-ln", depth=2, width=16, heads=2, vocabulary="3 characters 'abc'",
                 tokens="100 tokens, sha256 0123456789ab")  # fmt: skip
-    return paths.RunModel(**{**base, **kw})
+    return pathruns.RunModel(**{**base, **kw})
 
 
 def _kept(run, shares, model=None):
@@ -121,8 +121,8 @@ def _kept(run, shares, model=None):
         rows = [paths.PathRow(0, 1, s0, 0.0, 0.5, 0.0, 9.0, 0.0),
                 paths.PathRow(1, 1, s1, 0.0, 0.5, 0.0, 9.0, 0.0)]  # fmt: skip
         rng = (0, 0) if s0 >= 0.9 else (1, 1) if s1 >= 0.9 else (0, 1)
-        out.append(paths.CheckpointPaths(it, f"{run}/ckpt-{it}.ckpt", [], rows, rng,
-                                         model or _info()))  # fmt: skip
+        out.append(pathruns.CheckpointPaths(it, f"{run}/ckpt-{it}.ckpt", [], rows, rng,
+                                            model or _info()))  # fmt: skip
     return out
 
 
@@ -131,7 +131,7 @@ def test_across_runs_compares_each_runs_own_checkpoint_of_the_iterations_all_kep
     a = _kept("a", {0: (0.2, 0.8), 3: (0.3, 0.7), 6: (0.5, 0.5)})
     b = _kept("b", {0: (0.4, 0.6), 6: (0.1, 0.9), 9: (0.7, 0.3)})
     c = _kept("c", {0: (0.9, 0.1), 6: (0.3, 0.7)})
-    rows = paths.across_runs([a, b, c])
+    rows = pathruns.across_runs([a, b, c])
     assert [r.iteration for r in rows] == [0, 6] and all(r.runs == 3 for r in rows)
     r0, r6 = rows
     # mean and std (ddof=1) of (0.2, 0.4, 0.9) and of (0.5, 0.1, 0.3), by hand
@@ -141,10 +141,10 @@ def test_across_runs_compares_each_runs_own_checkpoint_of_the_iterations_all_kep
     # mean k = the k = 1 share: (0.5, 0.9, 0.7) at iteration 6
     assert r6.mean_k == pytest.approx(0.7) and r6.mean_k_std == pytest.approx(0.2, rel=1e-12)
     assert r0.ranges == ((0, 1), (0, 1), (0, 0)) and r6.ranges == ((0, 1), (1, 1), (0, 1))
-    (one,) = paths.across_runs([_kept("a", {6: (0.5, 0.5)})])
+    (one,) = pathruns.across_runs([_kept("a", {6: (0.5, 0.5)})])
     assert (one.runs, one.share0, one.share0_std, one.mean_k_std) == (1, 0.5, 0.0, 0.0)
     with pytest.raises(ValueError, match="kept no iteration in common"):
-        paths.across_runs([_kept("a", {3: (0.5, 0.5)}), _kept("b", {6: (0.5, 0.5)})])
+        pathruns.across_runs([_kept("a", {3: (0.5, 0.5)}), _kept("b", {6: (0.5, 0.5)})])
 
 
 @pytest.mark.parametrize("field, value", [
@@ -158,12 +158,12 @@ def test_runs_that_differ_in_any_field_are_refused_naming_the_run_the_field_and_
     c = _kept("runs/c", {0: (0.5, 0.5)}, _info(**{field: value}))
     old = getattr(_info(), field)
     with pytest.raises(ValueError) as e:
-        paths.across_runs([a, b, c])
+        pathruns.across_runs([a, b, c])
     assert str(e.value) == (
-        f"run 'runs/c' has {paths.FIELD_NAMES[field]} {value}, run 'runs/a' "
+        f"run 'runs/c' has {pathruns.FIELD_NAMES[field]} {value}, run 'runs/a' "
         f"has {old}: only runs of one model on one text are compared"
     )
-    assert len(paths.across_runs([a, b])) == 1
+    assert len(pathruns.across_runs([a, b])) == 1
 
 
 @pytest.fixture(scope="module")
@@ -194,13 +194,13 @@ def test_plan_runs_refuses_unlike_runs_before_any_split(run, unlike, monkeypatch
     def boom(*a, **k):
         raise AssertionError("split before the runs were compared")
 
-    monkeypatch.setattr(paths, "model_splits", boom)
+    monkeypatch.setattr(pathruns, "model_splits", boom)
     text = read_text(run.data)
-    plans = paths.plan_runs([run.out_dir, unlike["same"]], text)
+    plans = pathruns.plan_runs([run.out_dir, unlike["same"]], text)
     assert [len(p.kept) for p in plans] == [3, 1] and plans[0].model == plans[1].model
     assert plans[0].cfg.n_embd == 16 and plans[0].kept[0][0] == 0
     with pytest.raises(ValueError) as e:
-        paths.plan_runs([run.out_dir, unlike["same"], unlike[name]], text)
+        pathruns.plan_runs([run.out_dir, unlike["same"], unlike[name]], text)
     assert str(e.value).startswith(f"run '{unlike[name]}' " + message.format(run=run.out_dir))
 
 
@@ -210,11 +210,11 @@ def test_a_run_whose_checkpoints_differ_in_shape_is_refused(run, unlike, tmp_pat
     shutil.copy(f"{unlike['wide']}/ckpt-0.ckpt", mixed / "ckpt-99.ckpt")
     with pytest.raises(ValueError, match=r"ckpt-99.ckpt' has width \(n_embd\) 32, checkpoint "
                                          r"'.*ckpt-0.ckpt' has 16: not one run$"):  # fmt: skip
-        paths.run_checkpoint_paths(str(mixed), read_text(run.data), seq=8, batch=2)
+        pathruns.run_checkpoint_paths(str(mixed), read_text(run.data), seq=8, batch=2)
 
 
 def test_a_run_model_names_its_text_tokens_and_vocabulary(run):
-    res = paths.run_checkpoint_paths(run.out_dir, read_text(run.data), seq=8, batch=2)
+    res = pathruns.run_checkpoint_paths(run.out_dir, read_text(run.data), seq=8, batch=2)
     m = res[0].model
     assert all(r.model == m for r in res)
     assert (m.scheme, m.depth, m.width, m.heads) == ("pre-ln", 2, 16, 2)
@@ -223,7 +223,7 @@ def test_a_run_model_names_its_text_tokens_and_vocabulary(run):
     n = len(tok.encode(read_text(run.data)))
     assert m.tokens.startswith(f"{n:,} tokens, sha256 ")
     text = read_text(run.data)
-    other = paths.run_checkpoint_paths(run.out_dir, text[1:] + text[0], seq=8, batch=2)
+    other = pathruns.run_checkpoint_paths(run.out_dir, text[1:] + text[0], seq=8, batch=2)
     assert other[0].model.tokens != m.tokens  # another text of as many tokens, other ids
     assert other[0].model._replace(tokens=m.tokens) == m
 
@@ -237,7 +237,9 @@ def test_a_vocabulary_is_told_apart_by_its_tokens_not_only_its_size():
     ids = np.arange(5)
 
     def vocab(v, tokenizer=None):
-        return paths.run_model(cfg, SimpleNamespace(vocab=v, tokenizer=tokenizer), ids).vocabulary
+        return pathruns.run_model(
+            cfg, SimpleNamespace(vocab=v, tokenizer=tokenizer), ids
+        ).vocabulary
 
     assert vocab("abc") == "3 characters 'abc'" and vocab("abd") != vocab("abc")
     long = "".join(chr(c) for c in range(50, 100))  # 50 characters: named by their hash

@@ -81,7 +81,12 @@ def test_residual_wrapper_backward_matches_finite_differences(lead, C, seed):
     # at 1.7e-4 there, lead=[1], C=4, seed=8343); a direction's derivative is O(||g||)
     grads_ = {"x": dx, "w": grads["w"]}
     report = check_gradients(f, args, grads_, dout=dout, mode="directional", directions=8)
-    assert report.max_error < 1e-6, report.summary()
+    # relative to the direction's derivative, or, where a direction happens to be nearly
+    # orthogonal to the gradient (lead=[2], C=5, seed=8630: -1.83e-4 against a gradient of
+    # norm ~1, the central difference off by 6e-10), relative to the gradient's norm
+    for name, a in report.args.items():
+        scale = float(np.linalg.norm(grads_[name]))
+        assert a.max_error < 1e-6 or abs(a.analytic - a.numeric) < 1e-6 * scale, report.summary()
 
 
 def test_a_residual_that_forgets_the_identity_path_fails_the_check():

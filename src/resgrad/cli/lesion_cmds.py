@@ -9,7 +9,7 @@ import os
 
 from resgrad.cli import _common
 from resgrad.formats.records import to_csv
-from resgrad.lab import lesion
+from resgrad.lab import lesion, lesionfigs, lesionruns, lesionstudy, lesiontables
 from resgrad.lab.lesson import StackConfig
 from resgrad.perf import memory
 from resgrad.plots import check_plot_path
@@ -122,7 +122,7 @@ def _fits(m, args: argparse.Namespace, seeds: tuple[int, ...], runs: int = 1) ->
         raise ValueError(f"--seq {args.seq}{given} is longer than the model's {m.block_size} "
                          f"positions; pass --seq {m.block_size} or less")  # fmt: skip
     what = f"this model (L={m.n_layer} C={m.n_embd} V={m.vocab_size})"
-    memory.require(lesion.lesion_bytes(m, args.seq, args.batch),
+    memory.require(lesionstudy.lesion_bytes(m, args.seq, args.batch),
                    f"a lesion study of {what} on {args.batch} windows of {args.seq} "
                    "tokens")  # fmt: skip
     cost = lesion.model_cost(m, args.seq, args.batch, lesions, len(seeds) * runs)
@@ -153,7 +153,11 @@ def cmd_lesion(args: argparse.Namespace) -> int:
     _common.refuse_with(args.argv, LESSON_FLAGS, "a model", "they shape the lesson's stack")
     srcs = [resolve_source(s, best=args.best, meta=args.meta, kinds=ALL) for s in args.source]
     results, names = _models(args, srcs)
-    table = lesion.rows(results[0]) if len(results) == 1 else lesion.across_runs(results, names)
+    table = (
+        lesiontables.rows(results[0])
+        if len(results) == 1
+        else lesiontables.across_runs(results, names)
+    )
     r0 = results[0]
     what = r0.label if len(results) == 1 else _runs_label(r0, names)
     _output(args, table, r0, what, len(results))
@@ -171,9 +175,9 @@ def _lesson(args: argparse.Namespace) -> int:
     _require_time(cost, args, f"the lesson's stack of depth {args.depth}, {len(lesions) - 1:,} "
                   f"interventions on {len(seeds)} bank(s),")  # fmt: skip
     with lesion.progress_bar(cost) as bar:
-        res = lesion.lesson_study(args.depth, lesions, seeds, residual=not args.plain,
-                                  tick=bar.update)  # fmt: skip
-    _output(args, lesion.rows(res), res, res.label, 1)
+        res = lesionstudy.lesson_study(args.depth, lesions, seeds, residual=not args.plain,
+                                       tick=bar.update)  # fmt: skip
+    _output(args, lesiontables.rows(res), res, res.label, 1)
     return 0
 
 
@@ -185,7 +189,7 @@ def _setting(args: argparse.Namespace, seeds: tuple[int, ...]) -> str:
 
 def _models(args: argparse.Namespace, srcs: list) -> tuple[list, list[str]]:
     """Each SOURCE's study, in order; a model unlike the first is refused before its study."""
-    from resgrad.lab.paths import check_comparable
+    from resgrad.lab.pathruns import check_comparable
     from resgrad.train.data import default_corpus, read_text
     from resgrad.train.source import encode_text, load_source
 
@@ -198,17 +202,18 @@ def _models(args: argparse.Namespace, srcs: list) -> tuple[list, list[str]]:
     for name, src in zip(names, srcs):
         model, tok = load_source(src, fits=lambda m: _fits(m, args, seeds, len(srcs)))
         ids = encode_text(tok, text, args.text)
-        run = lesion.describe_model(model.cfg, ids)
+        run = lesionstudy.describe_model(model.cfg, ids)
         if first is not None:
             check_comparable([first, (name, run)], "run")
         first = first or (name, run)
         lesions = _plan(args, model.cfg.n_layer)
         c = model.cfg
-        label = lesion.title(name, c.variant, c.n_layer, c.n_embd, _setting(args, seeds))
+        label = lesionstudy.title(name, c.variant, c.n_layer, c.n_embd, _setting(args, seeds))
         cost = lesion.model_cost(c, args.seq, args.batch, lesions, len(seeds))
         with lesion.progress_bar(cost) as bar:
-            results.append(lesion.model_study(model, ids, lesions, args.seq, args.batch, seeds,
-                                              label=label, run=run, tick=bar.update))  # fmt: skip
+            res = lesionstudy.model_study(model, ids, lesions, args.seq, args.batch, seeds,
+                                          label=label, run=run, tick=bar.update)  # fmt: skip
+            results.append(res)
         del model
     return results, names
 
@@ -217,14 +222,14 @@ def _runs_label(r0, names: list[str]) -> str:
     m = r0.model
     setting = r0.label.split("), ", 1)[1]
     name = f"{len(names)} runs ({', '.join(names)})"
-    return lesion.title(name, m.scheme, m.depth, m.width, setting)
+    return lesionstudy.title(name, m.scheme, m.depth, m.width, setting)
 
 
 def _output(args: argparse.Namespace, table: list, res, what: str, runs: int) -> None:
     if args.plot:  # saved before anything is printed: a reader that leaves loses no plot
-        lesion.save_lesion_figure(args.plot, table, what)
+        lesionfigs.save_lesion_figure(args.plot, table, what)
     if args.format == "csv":
-        print(to_csv([r.record() for r in table], lesion.row_keys(res.metrics)), end="")
+        print(to_csv([r.record() for r in table], lesiontables.row_keys(res.metrics)), end="")
         return
     if args.format == "json":
         out = {"source": what, "runs": runs, "metrics": list(res.metrics),
@@ -267,7 +272,7 @@ def _table(table: list) -> str:
 
 # --------------------------------------------------------------------------- through training
 
-CKPT_KEYS = ["iteration"]  # then lesion.row_keys(METRICS)
+CKPT_KEYS = ["iteration"]  # then lesiontables.row_keys(METRICS)
 SUMMARY_HEAD = (f"{'iter':>6} | {'intact CE':>9} | {'ΔCE, 1 block':>18} | {'worst block':>17} | "
                 f"{'agree, 1 block':>18} | {'ΔCE, adj. swap':>18}")  # fmt: skip
 
@@ -279,7 +284,7 @@ def _every_checkpoint(args: argparse.Namespace) -> int:
                         "study per checkpoint")  # fmt: skip
     if "lesson" in args.source:
         raise ValueError("--every-checkpoint reads a training run's directory, not the lesson")
-    from resgrad.lab.paths import plan_runs
+    from resgrad.lab.pathruns import plan_runs
     from resgrad.train.data import read_text
 
     text = read_text(args.text) if args.text is not None else None
@@ -292,20 +297,20 @@ def _every_checkpoint(args: argparse.Namespace) -> int:
     kw = dict(what=args.what, ks=args.k, samples=args.samples, sample_seed=args.sample_seed,
               blocks=args.blocks)  # fmt: skip
     with lesion.progress_bar(cost) as bar:
-        runs = [lesion.run_checkpoint_lesions(d, text, args.seq, args.batch, seeds, **kw,
-                                              fits=lambda m: _fits(m, args, seeds, 0),
-                                              tick=bar.update)
+        runs = [lesionruns.run_checkpoint_lesions(d, text, args.seq, args.batch, seeds, **kw,
+                                                  fits=lambda m: _fits(m, args, seeds, 0),
+                                                  tick=bar.update)
                 for d in args.source]  # fmt: skip
     names = [os.path.basename(os.path.normpath(d)) for d in args.source]
     if len(set(names)) < len(names):
         names = list(args.source)
-    steps = lesion.across_checkpoints(runs, names)
-    keys = CKPT_KEYS + lesion.row_keys(lesion.METRICS)
+    steps = lesionruns.across_checkpoints(runs, names)
+    keys = CKPT_KEYS + lesiontables.row_keys(lesionstudy.METRICS)
     if args.format == "csv":
         print(to_csv([{"iteration": it, **r.record()} for it, table, _ in steps for r in table],
                      keys), end="")  # fmt: skip
     elif args.format == "json":
-        out = {"runs": names, "seeds": list(seeds), "metrics": list(lesion.METRICS),
+        out = {"runs": names, "seeds": list(seeds), "metrics": list(lesionstudy.METRICS),
                "steps": [{"iteration": it, "rows": [r.record() for r in table]}
                          for it, table, _ in steps]}  # fmt: skip
         print(json.dumps(out, indent=2))

@@ -10,7 +10,7 @@ import numpy as np
 
 from resgrad.cli import _common
 from resgrad.formats.records import to_csv
-from resgrad.lab import paths
+from resgrad.lab import budget, pathchains, pathfigs, pathruns, paths
 from resgrad.lab.lesson import StackConfig
 from resgrad.perf import memory
 from resgrad.plots import check_plot_path
@@ -65,10 +65,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--budget",
         type=_common.positive_float,
-        default=paths.TIME_BUDGET_S,
+        default=budget.TIME_BUDGET_S,
         metavar="SECONDS",
         help="refuse, before it starts, work estimated to take longer than this (default: "
-        f"{paths.TIME_BUDGET_S:.0f}); the refusal says how long it would take and the budget "
+        f"{budget.TIME_BUDGET_S:.0f}); the refusal says how long it would take and the budget "
         "to give it. Work estimated over a few seconds shows a progress bar on a terminal",
     )
     _common.add_threads(p)
@@ -94,12 +94,12 @@ def _splits(args: argparse.Namespace) -> tuple[list, list, str]:
         need = memory.lesson_paths_bytes(args.depth, sc.width, sc.batch, len(seeds))
         what = f"the lesson's stack of depth {args.depth}"
         memory.require(need + paths.veit_bytes(args.veit or 0), f"{what} ({len(seeds)} seed(s))")
-        work = paths.lesson_work(args.depth, sc.width, sc.batch, len(seeds), args.veit or 0,
-                                 residual=not args.plain)  # fmt: skip
+        work = budget.lesson_work(args.depth, sc.width, sc.batch, len(seeds), args.veit or 0,
+                                  residual=not args.plain)  # fmt: skip
         _require_time(work, args, what, len(seeds))
-        chains = [paths.stack_chain(StackConfig(depths=(args.depth,), seed=s),
-                                    residual=not args.plain) for s in seeds]  # fmt: skip
-        with paths.work_bar(work) as bar:
+        chains = [pathchains.stack_chain(StackConfig(depths=(args.depth,), seed=s),
+                                         residual=not args.plain) for s in seeds]  # fmt: skip
+        with budget.work_bar(work) as bar:
             veits = None
             if args.veit:
                 veits = [paths.veit_sample(c, args.veit, seed=0, tick=bar.update) for c in chains]
@@ -113,8 +113,8 @@ def _splits(args: argparse.Namespace) -> tuple[list, list, str]:
     _fits(model.cfg, args)  # a run's model is loaded first: its shape is in its checkpoint
     seeds = args.seeds or MODEL_SEEDS
     ids = encode_text(tok, text, args.text)  # (N,); a text it cannot encode names the fix
-    work = paths.model_work(model.cfg, args.seq, args.batch, len(seeds), args.veit or 0)
-    with paths.work_bar(work) as bar:
+    work = budget.model_work(model.cfg, args.seq, args.batch, len(seeds), args.veit or 0)
+    with budget.work_bar(work) as bar:
         splits = paths.model_splits(model, ids, args.seq, args.batch, seeds, tick=bar.update)
         veits = None
         if args.veit:
@@ -145,18 +145,18 @@ def _fits(m, args: argparse.Namespace, chains: int | None = None) -> None:
     if chains is None:
         chains = len(args.seeds or MODEL_SEEDS)
     if chains:
-        work = paths.model_work(m, args.seq, args.batch, chains, veit)
+        work = budget.model_work(m, args.seq, args.batch, chains, veit)
         _require_time(work, args, f"this model (L={m.n_layer} C={m.n_embd} V={m.vocab_size}) "
                       f"on {args.batch} windows of {args.seq} tokens", chains)  # fmt: skip
 
 
-def _require_time(work: paths.Work, args: argparse.Namespace, what: str, chains: int) -> None:
+def _require_time(work: budget.Work, args: argparse.Namespace, what: str, chains: int) -> None:
     """Refuse work estimated longer than --budget, naming the counts that multiply it."""
     counts = f"{chains:,} split{'s' * (chains != 1)}"
     if args.veit:
         counts += f" and --veit {args.veit:,} sampled paths per k"
-    paths.require_time(work, args.budget, f"{what} ({counts})",
-                       "pass --budget {seconds} to allow it, or ask for less")  # fmt: skip
+    budget.require_time(work, args.budget, f"{what} ({counts})",
+                        "pass --budget {seconds} to allow it, or ask for less")  # fmt: skip
 
 
 def cmd_paths(args: argparse.Namespace) -> int:
@@ -173,7 +173,7 @@ def cmd_paths(args: argparse.Namespace) -> int:
     lo, hi = paths.effective_range([r.share_norm for r in rows])
     S = len(splits)
     if args.plot:  # saved before anything is printed: a reader that leaves loses no plot
-        paths.save_path_figure(args.plot, splits, veits, what)
+        pathfigs.save_path_figure(args.plot, splits, veits, what)
     if args.format == "table":
         print(f"{what}; seeds: {S}" + (" (mean ± std)" if S > 1 else "")
               + f"; n = {splits[0].n} branches; at x_0")  # fmt: skip
@@ -263,10 +263,10 @@ def _every_checkpoint(args: argparse.Namespace) -> int:
     if len(args.source) > 1:
         return _across_runs(args, text, seeds, work)
     args.source = args.source[0]
-    with paths.work_bar(work) as bar:
-        res = paths.run_checkpoint_paths(args.source, text, args.seq, args.batch, seeds,
-                                         fits=lambda m: _fits(m, args, 0),
-                                         tick=bar.update)  # fmt: skip
+    with budget.work_bar(work) as bar:
+        res = pathruns.run_checkpoint_paths(args.source, text, args.seq, args.batch, seeds,
+                                            fits=lambda m: _fits(m, args, 0),
+                                            tick=bar.update)  # fmt: skip
     n = res[0].splits[0].n
     if args.format == "table":
         name = os.path.basename(os.path.normpath(args.source))
@@ -296,15 +296,15 @@ def _every_checkpoint(args: argparse.Namespace) -> int:
     return 0
 
 
-def _plan(args: argparse.Namespace, text: str | None, seeds: tuple[int, ...]) -> paths.Work:
+def _plan(args: argparse.Namespace, text: str | None, seeds: tuple[int, ...]) -> budget.Work:
     """Read every run's first checkpoint and refuse, before any split: runs that cannot be
     compared, a model --seq does not fit or memory cannot hold, and work estimated longer
     than --budget (every kept checkpoint of every run, one split per seed)."""
-    plans = paths.plan_runs(args.source, text)
+    plans = pathruns.plan_runs(args.source, text)
     for p in plans:
         _fits(p.cfg, args, 0)
     chains = sum(len(p.kept) for p in plans) * len(seeds)
-    work = paths.model_work(plans[0].cfg, args.seq, args.batch, chains)
+    work = budget.model_work(plans[0].cfg, args.seq, args.batch, chains)
     m = plans[0].cfg
     what = (f"{len(plans)} run(s) (L={m.n_layer} C={m.n_embd}) on {args.batch} windows of "
             f"{args.seq} tokens at every kept checkpoint")  # fmt: skip
@@ -314,13 +314,13 @@ def _plan(args: argparse.Namespace, text: str | None, seeds: tuple[int, ...]) ->
 
 def _across_runs(args: argparse.Namespace, text: str | None, seeds: tuple, work) -> int:
     """``--every-checkpoint`` of several runs: per step they all kept, mean ± std over them."""
-    with paths.work_bar(work) as bar:
+    with budget.work_bar(work) as bar:
         res = [
-            paths.run_checkpoint_paths(d, text, args.seq, args.batch, seeds,
-                                       fits=lambda m: _fits(m, args, 0), tick=bar.update)
+            pathruns.run_checkpoint_paths(d, text, args.seq, args.batch, seeds,
+                                          fits=lambda m: _fits(m, args, 0), tick=bar.update)
             for d in args.source
         ]  # fmt: skip
-    rows = paths.across_runs(res)
+    rows = pathruns.across_runs(res)
     n, R = res[0][0].splits[0].n, len(res)
     if args.format == "table":
         print(
