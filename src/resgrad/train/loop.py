@@ -235,7 +235,7 @@ def train_step(
     opt.step(grads, lr=lr, pool=pool, parts=parts)  # 5) AdamW, in place
     if not dynamics:
         return StepResult(loss, total, norms, p.stream_norms, clipped, grads=kept)
-    ratio = update_ratios(model.params, before, model.cfg.n_layer)  # (L,) its dots BLAS's threads
+    ratio = update_ratios(model.params, before, model.cfg.n_layer)  # (L,) dots on BLAS threads
     return StepResult(loss, total, norms, p.stream_norms, clipped, ratio, p.act_rms, kept)
 
 
