@@ -13,14 +13,17 @@ S = ("tests/train/test_share.py",)
 OPTIM = "train/optim.py"
 SAMPLE = ("tests/train/test_sample.py",)
 SAMPLING = "train/sample.py"
+STUDY = ("tests/cli/test_cli_paths.py", "tests/cli/test_cli_lesion.py",
+         "tests/cli/test_cli_paths_training.py")  # fmt: skip
+COMMON = "cli/_common.py"
 
 MUTANTS = [
     Mutant("bench: the resgrad step leaves out the trainer's dynamics", F,
-           "1e-3, 1.0, None, dynamics=True, shards=sharded)",
-           "1e-3, 1.0, None, dynamics=False, shards=sharded)", T, "formula"),
+           "tc.grad_clip, None, dynamics=True,", "tc.grad_clip, None, dynamics=False,", T,
+           "formula"),
     Mutant("bench: the resgrad step does not clip", F,
-           "1e-3, 1.0, None, dynamics=True, shards=sharded)",
-           "1e-3, 0.0, None, dynamics=True, shards=sharded)", T, "formula"),
+           "tc.lr, tc.grad_clip, None, dynamics=True,", "tc.lr, 0.0, None, dynamics=True,", T,
+           "formula"),
     Mutant("bench: the resgrad step trains on one batch throughout", F,
            "            x, y = get_batch(data, cfg.block_size, cfg.batch_size, rng)  # (B, T)",
            "            x, y = get_batch(data, cfg.block_size, cfg.batch_size,"
@@ -46,4 +49,11 @@ MUTANTS = [
     Mutant("greedy: a tie at the max goes to the first tied token", SAMPLING,
            "if np.isfinite(zmax).all() and ((z == zmax).sum(axis=-1) == 1).all():",
            "if np.isfinite(zmax).all():", SAMPLE, "formula"),
+    # the flags paths and lesion share (cli/_common.py: add_study_output)
+    Mutant("study flags: --budget's default is a tenth of the budget", COMMON,
+           "        default=TIME_BUDGET_S,\n", "        default=TIME_BUDGET_S / 10,\n", STUDY,
+           "bounds"),
+    Mutant("study flags: --every-checkpoint is on unless given", COMMON,
+           '"--every-checkpoint",\n        action="store_true",',
+           '"--every-checkpoint",\n        action="store_false",', STUDY, "names"),
 ]

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from resgrad.formats.records import to_csv, to_json
+from resgrad.lab.budget import TIME_BUDGET_S
 from resgrad.train.trackers import LOG_TO, LogConfig, check_log_dir, require
 
 
@@ -284,3 +285,26 @@ def add_model_input(p: argparse.ArgumentParser) -> None:
     p.add_argument("--depth", type=positive_int, default=20,
                    help="the lesson's N (default: 20)")  # fmt: skip
     p.add_argument("--plain", action="store_true", help="the lesson's stack without + x")
+
+
+def add_study_output(p: argparse.ArgumentParser, what: str, formats: tuple[str, ...]) -> None:
+    """The flags ``paths`` and ``lesion`` share after their own: ``--every-checkpoint``,
+    ``--format`` and ``--budget`` (the default :data:`resgrad.lab.budget.TIME_BUDGET_S`),
+    described once; ``what`` names the command's result ("the split", "the study")."""
+    p.add_argument(
+        "--every-checkpoint",
+        action="store_true",
+        help=f"through training: {what} at every ckpt-<iter>.ckpt a run directory kept "
+        "(resgrad train --keep-every N), on the same windows at every step; several run "
+        "directories: the mean and std over them at every step they all kept",
+    )
+    p.add_argument("--format", choices=formats, default="table", help="output format")
+    p.add_argument(
+        "--budget",
+        type=positive_float,
+        default=TIME_BUDGET_S,
+        metavar="SECONDS",
+        help="refuse, before it starts, work estimated to take longer than this (default: "
+        f"{TIME_BUDGET_S:.0f}); the refusal says how long it would take and the budget to "
+        "give it. Work estimated over a few seconds shows a progress bar on a terminal",
+    )

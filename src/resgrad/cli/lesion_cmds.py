@@ -17,7 +17,6 @@ from resgrad.plots import check_plot_path
 FORMATS = ("table", "json", "csv")
 MODEL_SEEDS = (0, 1, 2)  # a model's default --seeds: mean ± std over 3 batches
 LESSON_SEEDS = (42,)  # the lesson's default bank seed: its own stack
-TIME_BUDGET_S = 600.0  # a study estimated longer than this is refused unless --budget allows it
 LESSON_FLAGS = ("--depth", "--plain")
 MODEL_FLAGS = ("--text", "--meta", "--best", "--seq", "--batch")
 
@@ -81,23 +80,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "layer; the k-deletion and k-swap curves with their spread; the adjacent swaps by "
         "layer (.png or .svg)",
     )
-    p.add_argument(
-        "--every-checkpoint",
-        action="store_true",
-        help="through training: the study at every ckpt-<iter>.ckpt a run directory kept "
-        "(resgrad train --keep-every N), on the same windows at every step; several run "
-        "directories: the mean and std over them at every step they all kept",
-    )
-    p.add_argument("--format", choices=FORMATS, default="table", help="output format")
-    p.add_argument(
-        "--budget",
-        type=_common.positive_float,
-        default=TIME_BUDGET_S,
-        metavar="SECONDS",
-        help="refuse, before it starts, a study estimated to take longer than this (default: "
-        f"{TIME_BUDGET_S:.0f}); a study estimated over a few seconds shows a progress bar "
-        "on a terminal",
-    )
+    _common.add_study_output(p, "the study", FORMATS)
     _common.add_threads(p)
     p.set_defaults(func=cmd_lesion)
 

@@ -54,23 +54,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="draw Veit et al.'s figure 6 for this model at x_0 (path counts, magnitude per "
         "path, total by k beside the exact split) and the share by (boundary, k): .png or .svg",
     )
-    p.add_argument(
-        "--every-checkpoint",
-        action="store_true",
-        help="through training: the split at every ckpt-<iter>.ckpt a run directory kept "
-        "(resgrad train --keep-every N), on the same windows at every step; several run "
-        "directories: the mean and std over them at every step they all kept",
-    )
-    p.add_argument("--format", choices=FORMATS, default="table", help="output format")
-    p.add_argument(
-        "--budget",
-        type=_common.positive_float,
-        default=budget.TIME_BUDGET_S,
-        metavar="SECONDS",
-        help="refuse, before it starts, work estimated to take longer than this (default: "
-        f"{budget.TIME_BUDGET_S:.0f}); the refusal says how long it would take and the budget "
-        "to give it. Work estimated over a few seconds shows a progress bar on a terminal",
-    )
+    _common.add_study_output(p, "the split", FORMATS)
     _common.add_threads(p)
     p.set_defaults(func=cmd_paths)
 
