@@ -29,6 +29,7 @@ extensions = [
     "sphinx.ext.mathjax",
     "sphinxarg.ext",  # the CLI reference, from resgrad.cli.build_parser
     "apicheck",  # _ext/apicheck.py: an undocumented public object, a name that is not, warn
+    "sitepages",  # _ext/sitepages.py: commands searched by name, figures full size on click
 ]
 
 # .rst first: autosummary writes its generated API pages (api/generated/) in reST
@@ -53,6 +54,10 @@ nb_execution_timeout = 300  # seconds for one cell, as tests/test_notebooks.py a
 nb_execution_raise_on_error = True
 nb_execution_show_tb = True
 nb_merge_streams = True
+# no widget scripts from a CDN: the site runs no kernel, so a widget could only show its
+# last state, and the page works offline (notebook 02 leaves its sliders' output off the
+# page and draws a static grid of what they show instead)
+nb_ipywidgets_js = {}
 
 # -- the API reference ----------------------------------------------------------------
 autosummary_generate = True
@@ -103,7 +108,10 @@ html_theme_options = {
     "footer_start": ["copyright"],
     "footer_end": ["sphinx-version"],
 }
-html_static_path = []
+html_static_path = ["_static"]
+html_css_files = ["resgrad.css"]  # code and notebook cells wrap; figures zoom on click
+# a topic's guide page before the API entries (Sphinx opens it from the working directory)
+html_search_scorer = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_ext", "scorer.js")
 html_sidebars = {"index": [], "cli": [], "changelog": [], "notebooks": []}  # single pages
 html_show_sourcelink = False
 

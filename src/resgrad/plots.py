@@ -31,6 +31,7 @@ import numpy as np
 from resgrad.formats.atomic import atomic_write_bytes, check_destination
 
 if TYPE_CHECKING:
+    from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
 __all__ = [
@@ -39,6 +40,7 @@ __all__ = [
     "Series",
     "check_plot_path",
     "draw_losses",
+    "draw_spec",
     "figure_bytes",
     "make_figure",
     "new_figure",
@@ -215,16 +217,12 @@ def coincident_notes(series: Sequence[Series]) -> list[str]:
     return notes
 
 
-def make_figure(spec: PlotSpec) -> Figure:
-    """Render ``spec`` on a new Agg figure (no pyplot, no global state).
-
-    Each series is one line (``ax.get_lines()`` in the order of ``spec.series``);
-    non-positive values on a log axis are masked, not clipped, so a zero
-    gradient leaves a gap instead of a fake point.
-    """
+def draw_spec(ax: Axes, spec: PlotSpec, title_size: float = 10) -> None:
+    """Draw ``spec`` on one axes: each series is one line (``ax.get_lines()`` in the
+    order of ``spec.series``); non-positive values on a log axis are masked, not
+    clipped, so a zero gradient leaves a gap instead of a fake point."""
     from matplotlib.ticker import MaxNLocator, NullFormatter
 
-    fig, (ax,) = new_figure()
     for i, s in enumerate(spec.series):
         # colour, marker and dash all differ, markers hollow: a series drawn over another
         # (schemes whose curves coincide) still shows its own marks and dashes
@@ -250,9 +248,16 @@ def make_figure(spec: PlotSpec) -> Figure:
     ax.set_ylabel(spec.ylabel)
     notes = (*spec.notes, *coincident_notes(spec.series))
     title = spec.title if not notes else spec.title + "\n" + "\n".join(notes)
-    ax.set_title(title, fontsize=10)
+    ax.set_title(title, fontsize=title_size)
     ax.grid(True, which="major", alpha=0.3)
     ax.legend(fontsize=8, loc="best")
+
+
+def make_figure(spec: PlotSpec) -> Figure:
+    """Render ``spec`` on a new Agg figure (no pyplot, no global state), one axes drawn
+    by :func:`draw_spec`."""
+    fig, (ax,) = new_figure()
+    draw_spec(ax, spec)
     fig.tight_layout()
     return fig
 

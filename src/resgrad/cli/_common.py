@@ -298,7 +298,9 @@ def add_study_output(p: argparse.ArgumentParser, what: str, formats: tuple[str, 
         "(resgrad train --keep-every N), on the same windows at every step; several run "
         "directories: the mean and std over them at every step they all kept",
     )
-    p.add_argument("--format", choices=formats, default="table", help="output format")
+    p.add_argument(
+        "--format", choices=formats, default="table", help="output format (default: table)"
+    )
     p.add_argument(
         "--budget",
         type=positive_float,

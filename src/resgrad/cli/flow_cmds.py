@@ -45,7 +45,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="the seeds to average over: a count K (seeds 0..K-1) or a list, e.g. 100,101,102 "
         "or 100-102 (default: 1, seed 0)",
     )
-    p.add_argument("--format", choices=FORMATS, default="table", help="output format")
+    p.add_argument(
+        "--format", choices=FORMATS, default="table", help="output format (default: table)"
+    )
     p.add_argument(
         "--plot",
         metavar="PATH",

@@ -174,7 +174,8 @@ def register_experiment(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--jobs", type=_common.positive_int, default=None,
                    help="local worker processes (default: every core)")  # fmt: skip
     p.add_argument("--backend", choices=BACKENDS, default="loky",
-                   help="loky: local cores; dask: a cluster at --scheduler")  # fmt: skip
+                   help="loky: local cores; dask: a cluster at --scheduler "
+                        "(default: loky)")  # fmt: skip
     p.add_argument("--scheduler", default=None, help="Dask scheduler address, tcp://HOST:PORT")
     p.add_argument("--connect-timeout", type=_common.positive_float, default=5.0,
                    help="seconds to wait for the scheduler (default: 5)")  # fmt: skip

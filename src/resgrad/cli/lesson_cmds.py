@@ -66,7 +66,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="add Exercise 3's preservation ratio: input-gradient norm / sqrt(B*C)",
     )
-    p.add_argument("--format", choices=FORMATS, default="table", help="output format")
+    p.add_argument(
+        "--format", choices=FORMATS, default="table", help="output format (default: table)"
+    )
     p.add_argument(
         "--per-layer",
         action="store_true",

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -42,12 +42,18 @@ from resgrad.lab.flow import (
     profile,
 )
 from resgrad.nn.model import GPT
-from resgrad.plots import make_figure
+from resgrad.plots import PlotSpec, draw_spec, make_figure, new_figure
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-__all__ = ["explore_figure", "explore_records", "gained_params"]
+__all__ = [
+    "explore_figure",
+    "explore_grid",
+    "explore_records",
+    "explore_spec",
+    "gained_params",
+]
 
 
 def _gain(value: object) -> float:
@@ -149,7 +155,7 @@ def _drawable(records: list[FlowRecord], quantity: str) -> tuple[list[FlowRecord
     ]
 
 
-def explore_figure(
+def explore_spec(
     schemes: str | Sequence[str] = ("none", "pre-ln"),
     depth: int = 12,
     width: int = 32,
@@ -163,8 +169,8 @@ def explore_figure(
     batch: int = 4,
     heads: int | None = None,
     loss: str = "lm",
-) -> Figure:
-    """The per-layer profile of one or more stacks at initialization, as a figure.
+) -> PlotSpec:
+    """The per-layer profile of one or more stacks at initialization, as a plot's spec.
 
     Parameters
     ----------
@@ -199,12 +205,11 @@ def explore_figure(
 
     Returns
     -------
-    matplotlib.figure.Figure
-        On an Agg canvas (no pyplot); its lines hold exactly the records' means
-        (:func:`resgrad.plots.plotted_series` reads them back), except where a
-        stack overflowed float64 (a large ``gain`` on ``residual`` does): those
-        layers are drawn as gaps (value 0 on the log axis) and a note under the
-        title names the scheme, rather than the figure failing.
+    PlotSpec
+        One series per scheme: exactly the records' means, except where a stack
+        overflowed float64 (a large ``gain`` on ``residual`` does): those layers are
+        drawn as gaps (value 0 on the log axis) and a note under the title names the
+        scheme, rather than the figure failing.
     """
     if quantity not in QUANTITIES:
         raise ValueError(f"quantity must be one of {', '.join(QUANTITIES)}, got {quantity!r}")
@@ -228,5 +233,64 @@ def explore_figure(
             f"GPT schemes: C={width}, H={heads}, T={seq}, B={batch}, init {init}, "
             f"block weights x{gain:g}, loss {loss}"
         )
-    spec = dataclasses.replace(spec, notes=(*notes, *overflow))
-    return make_figure(spec)
+    return dataclasses.replace(spec, notes=(*notes, *overflow))
+
+
+def explore_figure(
+    schemes: str | Sequence[str] = ("none", "pre-ln"),
+    depth: int = 12,
+    width: int = 32,
+    scale: float = 0.5,
+    gain: float = 1.0,
+    init: str = "gpt2",
+    quantity: str = "stream_grad",
+    **options,
+) -> Figure:
+    """The per-layer profile of one or more stacks at initialization, as a figure:
+    :func:`explore_spec`'s, drawn by :func:`resgrad.plots.make_figure`.
+
+    Takes :func:`explore_spec`'s arguments (``seeds``, ``seq``, ``batch``, ``heads``
+    and ``loss`` by keyword). Returns a matplotlib Figure on an Agg canvas (no
+    pyplot) whose lines hold exactly the records' means
+    (:func:`resgrad.plots.plotted_series` reads them back).
+    """
+    return make_figure(explore_spec(schemes, depth, width, scale, gain, init, quantity, **options))
+
+
+def explore_grid(views: Sequence[Mapping[str, object]], ncols: int = 2) -> Figure:
+    """Several explorer views in one figure, a panel each, row by row: what the
+    notebook's sliders draw at a few settings, for a page where no kernel runs them.
+
+    Parameters
+    ----------
+    views : sequence of mapping
+        Each is a set of :func:`explore_spec`'s keyword arguments (``schemes``,
+        ``depth``, ``quantity``, ...); a ``"caption"`` entry, if any, opens the panel's
+        title instead of the spec's own.
+    ncols : int
+        Panels per row.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        ``len(views)`` axes (any left over in the last row hidden), each drawn by
+        :func:`resgrad.plots.draw_spec` from its view's spec.
+    """
+    if not views:
+        raise ValueError("views must hold at least one view, got none")
+    if isinstance(ncols, bool) or not isinstance(ncols, int) or ncols < 1:
+        raise ValueError(f"ncols must be an int >= 1, got {ncols!r}")
+    ncols = min(ncols, len(views))
+    nrows = -(-len(views) // ncols)
+    fig, axes = new_figure(ncols, width=6.0 * ncols, nrows=nrows, height=4.6 * nrows)
+    for ax, view in zip(axes, views):
+        kwargs = dict(view)
+        caption = kwargs.pop("caption", None)
+        spec = explore_spec(**kwargs)
+        if caption is not None:
+            spec = dataclasses.replace(spec, title=str(caption))
+        draw_spec(ax, spec, title_size=9)
+    for ax in axes[len(views) :]:
+        ax.set_visible(False)
+    fig.tight_layout()
+    return fig
