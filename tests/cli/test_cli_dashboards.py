@@ -161,7 +161,7 @@ def test_dynamics_export_writes_once_and_refuses_to_overwrite(tmp_path, capsys, 
     tb = os.path.join(out, "tb")
     code, stdout, _ = _run(capsys, "dynamics", out, "--export", "tensorboard")
     assert code == 0
-    assert stdout.splitlines() == [f"6 steps and 3 evaluations written to {tb}/run",
+    assert stdout.splitlines() == [f"wrote {tb}/run: {_events(tb)} (6 steps and 3 evaluations)",
                                    f"TensorBoard: tensorboard --logdir {tb}"]  # fmt: skip
     assert _losses(os.path.join(tb, "run")) == read_dynamics(out)["loss"].tolist()
     assert not os.path.exists(os.path.join(out, "dynamics.png"))  # an export draws nothing
@@ -216,6 +216,11 @@ def test_experiment_cells_export_and_log_one_run_each(tmp_path, capsys, text_fil
     code, _, err = _run(capsys, "dynamics", exp, "--export", "tensorboard", "--force")
     assert code == 0, err  # its live logs: event files only, replaced by the export
     assert sorted(os.listdir(os.path.join(exp, "tb"))) == cells
+
+
+def _events(logdir):
+    """What ``wrote`` lists of an exported run: its event file."""
+    return ", ".join(sorted(os.listdir(os.path.join(logdir, "run"))))
 
 
 def _files(root):
@@ -279,7 +284,8 @@ def test_dynamics_export_says_the_records_damage_as_drawing_does(tmp_path, capsy
     assert code == 0
     line = f"resgrad dynamics: {out}: dynamics.bin: record 4 of 6 is damaged"
     assert drawn.startswith(line) and err == drawn  # the same line, once
-    assert stdout.splitlines()[0] == f"3 steps and 3 evaluations written to {out}/tb/run"
+    tb = os.path.join(out, "tb")
+    assert stdout.splitlines()[0] == f"wrote {tb}/run: {_events(tb)} (3 steps and 3 evaluations)"
 
 
 def test_a_resume_says_its_damaged_tensorboard_history_on_stderr_in_one_line(

@@ -83,7 +83,7 @@ def test_sweep_writes_rows_and_plot(tmp_path):
         "--plot", str(plot), "--jobs", "1", "--no-progress",
     )  # fmt: skip
     assert p.returncode == 0, p.stderr
-    assert p.stdout.splitlines()[0] == f"wrote 20 rows (8 configs: 8 computed, 0 resumed) to {out}"
+    assert p.stdout.splitlines()[0] == f"wrote {out} (20 rows; 8 configs: 8 computed, 0 resumed)"
     assert len(list(csv.DictReader(out.open()))) == 20
     assert "<svg" in plot.read_text()
     assert sorted(os.listdir(tmp_path)) == [".s.csv.lock", "s.csv", "s.svg"]
@@ -130,7 +130,7 @@ def test_depth_per_layer_csv_json_ratio(capsys):
 def test_depth_plot_keeps_the_table_and_draws_the_deepest_stack(tmp_path, capsys):
     path = tmp_path / "d.png"
     assert main(["depth", "--plot", str(path)]) == 0
-    assert capsys.readouterr().out == LESSON_TABLE
+    assert capsys.readouterr().out == LESSON_TABLE + f"wrote {path}\n"  # the table, whole
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

@@ -535,6 +535,7 @@ def test_the_figure_draws_the_rows_numbers_in_three_panels(tmp_path, monkeypatch
     blocks = [r for r in table if r.kind == "block"]
     np.testing.assert_allclose(by["whole block"].get_ydata(), [r.get("dce")[0] for r in blocks])
     np.testing.assert_allclose(by["whole block"].get_xdata(), [r.layer + 0.2 for r in blocks])
+    np.testing.assert_allclose(by["attention"].get_xdata(), [r.layer - 0.2 for r in blocks])
     dels = [r for r in table if r.kind == "delete"]
     np.testing.assert_allclose(by["k blocks deleted"].get_xdata(), [r.k for r in dels])
     np.testing.assert_allclose(by["k blocks deleted"].get_ydata(), [r.get("dce")[0] for r in dels])
@@ -548,6 +549,11 @@ def test_the_figure_draws_the_rows_numbers_in_three_panels(tmp_path, monkeypatch
     assert kl.axes[0].get_ylabel() == "KL(intact || lesioned)"
     only = lesionfigs.lesion_figure([r for r in table if r.kind in ("intact", "block")], "t")
     assert [t.get_text() for t in only.axes[1].texts] == ["not measured"]
+    (alone,) = only.axes[0].containers  # one kind: its points on the layers, ticks from 0
+    np.testing.assert_array_equal(alone.lines[0].get_xdata(), [r.layer for r in blocks])
+    lo, hi = only.axes[0].get_xlim()
+    ticks = [t for t in only.axes[0].get_xticks() if lo <= t <= hi]
+    assert lo < 0 < 3 < hi and {0, 3} <= set(ticks), (lo, hi, ticks)
     for ext in ("png", "svg"):
         lesionfigs.save_lesion_figure(tmp_path / f"f.{ext}", table, "t")
         assert (tmp_path / f"f.{ext}").stat().st_size > 1000

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import re
 import sys
 from collections.abc import Sequence
@@ -27,6 +28,22 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         print(f"{self.prog}: error: {message}", file=sys.stderr)
         sys.exit(2)
+
+
+def wrote(path: str | os.PathLike, detail: str = "", *, fmt: str = "table") -> None:
+    """Say what a command wrote, in the words every command uses.
+
+    ``wrote FILE`` for a file; ``wrote DIR: a, b, c`` for a directory, listing what is in
+    it now, sorted (a hidden file, such as a run's lock, left out); then `` (detail)`` if
+    one is given. With ``fmt`` ``json`` or ``csv`` the line goes to stderr, so that stdout
+    stays one parseable document.
+    """
+    line = f"wrote {os.fspath(path)}"
+    if os.path.isdir(path):
+        line += ": " + ", ".join(sorted(f for f in os.listdir(path) if not f.startswith(".")))
+    if detail:
+        line += f" ({detail})"
+    print(line, file=sys.stdout if fmt == "table" else sys.stderr)
 
 
 def typed(argv: list[str], flags: tuple[str, ...]) -> list[str]:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import os
+
+from resgrad.cli import _common
 
 FORMATS = ("hf",)
 
@@ -41,5 +42,5 @@ def cmd_export(args: argparse.Namespace) -> int:
 
     export_checkpoint(args.checkpoint, args.out_dir, best=args.best, force=args.force)
     # the directory is written whole (staged, then renamed): what is in it is what was written
-    print(f"wrote {args.out_dir}: {', '.join(sorted(os.listdir(args.out_dir)))}")
+    _common.wrote(args.out_dir)
     return 0

@@ -196,6 +196,8 @@ def cmd_flow(args: argparse.Namespace) -> int:
         print(flow.records_to_csv(records), end="")
     else:
         print(flow.format_records(records), end="")
+    if args.plot:
+        _common.wrote(args.plot, fmt=args.format)
     return 0
 
 
@@ -225,12 +227,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         threads=args.threads,
     )
     n = res.computed + res.resumed
-    print(
-        f"wrote {len(res.rows)} rows ({n} configs: {res.computed} computed, "
-        f"{res.resumed} resumed) to {args.out}"
-    )
+    _common.wrote(args.out, f"{len(res.rows)} rows; {n} configs: {res.computed} computed, "
+                  f"{res.resumed} resumed")  # fmt: skip
     if args.plot:
-        print(f"wrote the summary plot to {args.plot}")
+        _common.wrote(args.plot)
     return 0
 
 

@@ -91,9 +91,9 @@ def cmd_dynamics(args: argparse.Namespace) -> int:
     save_figure(dynamics_figure(dyn, args.quantities, args.layers), out)
     if dyn.damage:  # the records before the damage were drawn
         print(f"resgrad dynamics: {args.run_dir}: {dyn.damage}", file=sys.stderr)
-    note = f" (a torn last record, {dyn.torn_bytes} bytes, was ignored)" if dyn.torn_bytes else ""
+    note = f"; a torn last record, {dyn.torn_bytes} bytes, was ignored" if dyn.torn_bytes else ""
     n, L = len(dyn.steps), dyn.n_layer
-    print(f"{n} step{'s' * (n != 1)} of {L} block{'s' * (L != 1)} drawn to {out}{note}")
+    _common.wrote(out, f"{n} step{'s' * (n != 1)} of {L} block{'s' * (L != 1)}{note}")
     return 0
 
 
@@ -113,7 +113,7 @@ def _export(args: argparse.Namespace) -> int:
     for e in done:
         if e.damage:  # the records before the damage were written, as a drawing says
             print(f"resgrad dynamics: {e.run_dir}: {e.damage}", file=sys.stderr)
-        print(f"{e.steps} steps and {e.evals} evaluations written to {e.path}")
+        _common.wrote(e.path, f"{e.steps} steps and {e.evals} evaluations")
     print(f"TensorBoard: tensorboard --logdir {logdir}")
     return 0
 
@@ -125,7 +125,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     for d in dyns:
         if d.damage:  # the records before the damage were drawn
             print(f"resgrad compare: {d.run_dir}: {d.damage}", file=sys.stderr)
-    print(f"{len(dyns)} run{'s' if len(dyns) != 1 else ''} compared in {args.out}")
+    _common.wrote(args.out, f"{len(dyns)} run{'s' if len(dyns) != 1 else ''} compared")
     return 0
 
 
@@ -200,8 +200,7 @@ def cmd_experiment(args: argparse.Namespace) -> int:
                             scheduler=args.scheduler, connect_timeout=args.connect_timeout,
                             progress=None, threads=args.threads, log_to=log_to)  # fmt: skip
     print(format_summary(result["summary"], result["unigram_entropy"]))
-    print(f"figure: {out_dir}/{args.name}.png, table: {out_dir}/summary.md, "
-          f"every cell: {out_dir}/cells.csv, runs: {out_dir}/runs/")  # fmt: skip
+    _common.wrote(out_dir)  # its figure NAME.png, the table summary.md, cells.csv, runs/
     if "tensorboard" in log_to.to:
         print(f"TensorBoard: tensorboard --logdir {log_to.tensorboard_dir(out_dir)}")
     return 0

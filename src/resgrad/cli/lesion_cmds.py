@@ -211,6 +211,12 @@ def _runs_label(r0, names: list[str]) -> str:
 def _output(args: argparse.Namespace, table: list, res, what: str, runs: int) -> None:
     if args.plot:  # saved before anything is printed: a reader that leaves loses no plot
         lesionfigs.save_lesion_figure(args.plot, table, what)
+    _print(args, table, res, what, runs)
+    if args.plot:
+        _common.wrote(args.plot, fmt=args.format)
+
+
+def _print(args: argparse.Namespace, table: list, res, what: str, runs: int) -> None:
     if args.format == "csv":
         print(to_csv([r.record() for r in table], lesiontables.row_keys(res.metrics)), end="")
         return

@@ -138,8 +138,10 @@ def cmd_depth(args: argparse.Namespace) -> int:
         flow_cmds.save_lesson_plot(cfg, args.plot)
     if args.per_layer:
         print(flow_cmds.render_per_layer(cfg, args.format, args.ratio), end="")
-        return 0
-    print(render_depth(cfg, args.format, args.ratio), end="")
+    else:
+        print(render_depth(cfg, args.format, args.ratio), end="")
+    if args.plot:
+        _common.wrote(args.plot, fmt=args.format)
     return 0
 
 

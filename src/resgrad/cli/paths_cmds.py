@@ -187,6 +187,8 @@ def cmd_paths(args: argparse.Namespace) -> int:
         print(_common.render_rows(rows, ROW_KEYS, "csv"), end="")
     else:
         print(json.dumps(_json(splits, rows, (lo, hi), veits, what), indent=2))
+    if args.plot:
+        _common.wrote(args.plot, fmt=args.format)
     return 0
 
 

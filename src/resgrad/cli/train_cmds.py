@@ -223,8 +223,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     print(
         f"done: {res.iterations - res.start} iterations{resumed} in {res.seconds:.1f} s "
         f"({res.ms_per_iter:.1f} ms per iteration); train loss {res.train_loss:.4f}, "
-        f"val loss {res.val_loss:.4f}, best val loss {res.best_val_loss:.4f}; in {res.out_dir}"
+        f"val loss {res.val_loss:.4f}, best val loss {res.best_val_loss:.4f}"
     )
+    _common.wrote(res.out_dir)
     if "tensorboard" in log_to.to:
         print(f"TensorBoard: tensorboard --logdir {log_to.tensorboard_dir(res.out_dir)}")
     return 0
@@ -276,5 +277,5 @@ def cmd_depth_train(args: argparse.Namespace) -> int:
             else "-"
         )
         print(f"{v:<10} {s['train_loss']:>8.4f} {s['val_loss']:>8.4f}   {norms}")
-    print(f"plot: {cfg.out_dir}/depth_train.png, numbers: {cfg.out_dir}/depth_train.json")
+    _common.wrote(cfg.out_dir)
     return 0

@@ -50,13 +50,18 @@ def lesion_figure(table: Sequence[LesionRow], title_text: str = "", metric: str 
              "kl": "KL(intact || lesioned)", "change": "||y' - y|| / ||y||"}[metric]  # fmt: skip
     fig, axes = new_figure(ncols=3, width=15.0, height=4.6)
     ax_a, ax_b, ax_c = axes
-    for i, kind in enumerate(("attn", "mlp", "block")):
+    drawn = [kind for kind in ("attn", "mlp", "block") if _panel_rows(table, kind)]
+    for j, kind in enumerate(drawn):
         rs = _panel_rows(table, kind)
-        if rs:
-            x = np.array([r.layer for r in rs]) + (i - 1) * 0.2  # side by side per layer
-            m, s = np.array([r.get(metric) for r in rs]).T  # (L,), (L,)
-            name = {"attn": "attention", "mlp": "MLP"}.get(kind, "whole block")
-            ax_a.errorbar(x, m, yerr=s, fmt="os^"[i] + "-", ms=4, capsize=2, label=name)
+        shift = (j - (len(drawn) - 1) / 2) * 0.2  # side by side, centred on the layer
+        x = np.array([r.layer for r in rs]) + shift  # (L,)
+        m, s = np.array([r.get(metric) for r in rs]).T  # (L,), (L,)
+        name = {"attn": "attention", "mlp": "MLP"}.get(kind, "whole block")
+        marker = "os^"[("attn", "mlp", "block").index(kind)]
+        ax_a.errorbar(x, m, yerr=s, fmt=marker + "-", ms=4, capsize=2, label=name)
+    layers = [r.layer for kind in drawn for r in _panel_rows(table, kind)]
+    if layers:  # every layer's whole unit shown, from block 0 on
+        ax_a.set_xlim(min(layers) - 0.5, max(layers) + 0.5)
     ax_a.set_title("(a) one branch or block deleted", fontsize=9, loc="left")
     ax_a.set_xlabel("layer i")
     for i, kind in enumerate(("delete", "pairs")):
