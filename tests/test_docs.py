@@ -125,7 +125,9 @@ def test_every_image_is_shown_and_every_figure_shown_exists():
 
 def test_every_figure_stands_after_the_block_that_draws_it():
     """A figure is shown after its drawing block on the same page, and every block that
-    draws a figure draws it the same way (the README's tour repeats one)."""
+    draws a figure draws it the same way. The README, whose commands a reader runs in
+    their own directory, shows a guide page's figure after that page's block with the
+    figure written to the current directory instead of docs/images/."""
     for name, places in SHOWN.items():
         if name in rf.SCREENSHOTS:
             assert name in rf.SLOW
@@ -133,9 +135,18 @@ def test_every_figure_stands_after_the_block_that_draws_it():
         assert name in DRAWN, f"{name}: no shell block writes docs/images/{name}"
         texts = {b.text for b in DRAWN[name]}
         assert len(texts) == 1, f"{name} is drawn by different blocks: {DRAWN[name]}"
+        (text,) = texts
         for page, line in places:
-            before = [b for b in DRAWN[name] if b.path == page and b.line < line]
+            if page == "README.md":
+                here = text.replace(rf.IMAGES + name, name)
+                before = [b for b in SHELL if b.path == page and b.line < line and b.text == here]
+            else:
+                before = [b for b in DRAWN[name] if b.path == page and b.line < line]
             assert before, f"{page}:{line} shows {name} before (or without) its command"
+
+
+def test_the_readme_draws_nothing_into_the_docs():
+    assert [b.where for bs in DRAWN.values() for b in bs if b.path == "README.md"] == []
 
 
 def test_the_slow_figures_are_listed_with_a_reason():

@@ -1,17 +1,36 @@
-"""Every Python example in the README runs, as printed (tests/test_docs.py runs the docs').
+"""Every Python example and every ``resgrad`` command in the README runs, as printed
+(tests/test_docs.py runs the docs' examples).
 
 Each ```python block is executed in a fresh namespace, in a temporary directory, so an
 example that no longer matches the library (a moved module, a renamed argument, a
 wrong result caught by the example's own assert) fails here instead of in a reader's
 hands. The examples are small enough to run as they stand: nothing is shrunk.
+
+The shell blocks' ``resgrad`` commands run in order, as a reader types them, in one empty
+directory (``pip``, ``pytest`` and ``sphinx-build`` lines are the set-up, run by CI), and
+the repository is left as it was: a command that wrote into it (a figure over a committed
+one, a run directory) fails here.
 """
 
+import importlib.util
+import os
 import pathlib
 import re
+import subprocess
+import sys
 
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+if "redraw_figures" in sys.modules:  # tests/test_docs.py loaded it: the one copy
+    rf = sys.modules["redraw_figures"]
+else:
+    _spec = importlib.util.spec_from_file_location(
+        "redraw_figures", ROOT / "scripts" / "redraw_figures.py"
+    )
+    rf = importlib.util.module_from_spec(_spec)
+    sys.modules["redraw_figures"] = rf  # its dataclasses look their module up there
+    _spec.loader.exec_module(rf)
 
 
 def python_blocks(text):
@@ -44,3 +63,51 @@ def test_a_broken_example_fails():
         ((line, code),) = python_blocks(text)
         with pytest.raises(error):
             exec(compile(code, f"README.md:{line}", "exec"), {})
+
+
+def readme_commands(root: pathlib.Path = ROOT) -> list[list[str]]:
+    """The argv of every ``resgrad`` command in the README's shell blocks, in order."""
+    text = (root / "README.md").read_text()
+    blocks = [b for b in rf.fenced_blocks(text, "README.md") if b.lang in rf.SHELL_LANGS]
+    return [argv for b in blocks for argv in rf.commands(b)]
+
+
+def _repository_state(root: pathlib.Path) -> dict[str, tuple[int, int]]:
+    """Every file of the checkout (not .git, caches or builds) with its size and mtime."""
+    skip = {".git", "__pycache__", "_build", "generated", "node_modules"}
+    state = {}
+    for d, dirs, files in os.walk(root):
+        dirs[:] = [x for x in dirs if x not in skip and not x.startswith(".")
+                   and not x.endswith(".egg-info")]  # fmt: skip
+        for f in files:
+            st = os.stat(os.path.join(d, f))
+            state[os.path.relpath(os.path.join(d, f), root)] = (st.st_size, st.st_mtime_ns)
+    return state
+
+
+def test_the_readme_commands_are_found():
+    argvs = readme_commands()
+    assert ["lesson"] in argvs and ["depth"] in argvs
+    assert any(a[:1] == ["train"] for a in argvs) and any(a[:1] == ["flow"] for a in argvs)
+
+
+def test_the_readme_commands_run_as_written_and_leave_the_repository_alone(tmp_path):
+    before = _repository_state(ROOT)
+    env = {**os.environ, "MPLBACKEND": "Agg"}
+    for argv in readme_commands():
+        p = subprocess.run([sys.executable, "-m", "resgrad", *argv], cwd=tmp_path, env=env,
+                           capture_output=True, text=True, timeout=600)  # fmt: skip
+        assert p.returncode == 0, (argv, p.stderr[-2000:])
+    after = _repository_state(ROOT)
+    changed = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
+    assert changed == [], f"the README's commands wrote into the repository: {changed}"
+    assert (tmp_path / "flow_schemes.png").exists() and (tmp_path / "out" / "last.ckpt").exists()
+
+
+def test_a_command_writing_into_the_repository_is_caught(tmp_path):
+    """Not vacuous: a new file beside the README changes the state the test compares."""
+    (tmp_path / "README.md").write_text("# x\n")
+    before = _repository_state(tmp_path)
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "f.png").write_bytes(b"png")
+    assert _repository_state(tmp_path).keys() - before.keys() == {"docs/f.png"}
