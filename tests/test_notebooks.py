@@ -106,6 +106,36 @@ def test_notebook_runs_top_to_bottom(path, monkeypatch, tmp_path):
     assert [o for o in drawn if o.get("output_type") == "error"] == []
     if path.name.startswith("02_"):  # the explorer's widgets called explore_figure and drew
         assert any("image/png" in o.get("data", {}) for o in drawn)
+        # ... and the static grid, which a page without a kernel shows, drew an image
+        (grid,) = _grid_cells(nb)
+        assert any("image/png" in o.get("data", {}) for o in nb.cells[grid].outputs), grid
+
+
+EXPLORER = ROOT / "notebooks" / "02_gradient_flow_explorer.ipynb"
+
+
+def _tags(cell):
+    return cell.get("metadata", {}).get("tags", [])
+
+
+def _grid_cells(nb):
+    """The indices of the code cells that call explore_grid."""
+    return [i for i, c in enumerate(nb["cells"])
+            if c["cell_type"] == "code" and "explore_grid(" in "".join(c["source"])]  # fmt: skip
+
+
+def test_the_explorers_widgets_are_left_off_the_page_and_a_static_grid_follows():
+    """Where no kernel runs (the docs site), the sliders' cell shows nothing (its output
+    removed by the ``remove-output`` tag) and a later cell draws their views as a grid."""
+    nb = json.loads(EXPLORER.read_text())  # the file as stored, not nbformat's reading
+    code = [i for i, c in enumerate(nb["cells"]) if c["cell_type"] == "code"]
+    (widgets,) = [i for i in code if "import ipywidgets" in "".join(nb["cells"][i]["source"])]
+    assert "remove-output" in _tags(nb["cells"][widgets])
+    grids = _grid_cells(nb)
+    assert grids and all(i > widgets for i in grids), (widgets, grids)
+    for i in grids:  # the grid is what the page shows: neither it nor its output removed
+        assert not {"remove-output", "remove-cell"} & set(_tags(nb["cells"][i]))
+        assert "import ipywidgets" not in "".join(nb["cells"][i]["source"])
 
 
 def test_a_broken_cell_fails_the_run(monkeypatch, tmp_path):

@@ -9,7 +9,9 @@ import pytest
 from resgrad.plots import (
     PlotSpec,
     Series,
+    draw_spec,
     make_figure,
+    new_figure,
     plot_format,
     plotted_series,
     render_plot,
@@ -72,6 +74,42 @@ def test_plotted_series_are_exactly_the_numbers_given():
 def test_log_log_axes():
     ax = make_figure(spec(xscale="log")).axes[0]
     assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
+
+
+def _bands(ax):
+    """Each band's outline (fill_between's polygon), in drawing order."""
+    return [np.asarray(p.vertices) for c in ax.collections for p in c.get_paths()]
+
+
+def test_draw_spec_on_a_given_axes_draws_what_make_figure_draws():
+    s = spec(notes=("mean over 2 seed(s)",))
+    fig, (left, right) = new_figure(2)
+    draw_spec(right, s, title_size=7)
+    assert left.get_lines() == [] and left.get_title() == ""  # only the axes it was given
+    ref = make_figure(s).axes[0]
+    got, want = right.get_lines(), ref.get_lines()
+    assert [ln.get_label() for ln in got] == [ln.get_label() for ln in want] == ["a", "b"]
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g.get_xdata(), w.get_xdata())
+        np.testing.assert_array_equal(g.get_ydata(), w.get_ydata())
+    assert len(_bands(right)) == len(_bands(ref)) == 1  # b's band, a has none
+    for g, w in zip(_bands(right), _bands(ref)):
+        np.testing.assert_array_equal(g, w)
+    assert right.get_title() == ref.get_title() == "t\nmean over 2 seed(s)"
+    assert right.title.get_fontsize() == 7 and ref.title.get_fontsize() == 10
+    for name in ("get_xscale", "get_yscale", "get_xlabel", "get_ylabel"):
+        assert getattr(right, name)() == getattr(ref, name)(), name
+    assert [t.get_text() for t in right.get_legend().get_texts()] == ["a", "b"]
+
+
+def test_a_zero_on_a_log_axis_is_masked_not_clipped():
+    """A zero gradient leaves a gap: masked, it maps to no point, where clipped it would
+    be drawn at a tiny made-up value at the bottom of the axes."""
+    for s in (spec(), spec(xscale="log")):
+        ax = make_figure(s).axes[0]
+        for axis in (ax.yaxis, ax.xaxis) if s.xscale == "log" else (ax.yaxis,):
+            zero, ten = axis.get_transform().transform(np.array([0.0, 10.0]))
+            assert not np.isfinite(zero) and ten == 1.0, (axis, zero)
 
 
 def test_pyplot_and_the_global_backend_are_never_touched():

@@ -21,7 +21,7 @@ MUTANTS = [
            'version="%(prog)s 0.1"', HELP, "names"),
     Mutant("export_cmds: reports the files it meant to write, not those written",
            "cli/export_cmds.py",
-           "print(f\"wrote {args.out_dir}: {', '.join(sorted(os.listdir(args.out_dir)))}\")",
+           "_common.wrote(args.out_dir)",
            'print(f"wrote {args.out_dir}: config.json, model.safetensors, tokenizer.json")',
            HELP, "records"),
     Mutant("lab_cmds: experiment appends its default to a help that states one",

@@ -130,3 +130,34 @@ def test_a_command_names_every_file_it_wrote_in_the_same_words(
             assert said == [] and new == set()  # it reads a run; it writes nothing
         else:
             assert said, (argv, out, err)
+
+
+def test_wrote_names_a_file_a_directory_sorted_without_hidden_files_and_the_detail(
+    tmp_path, capsys, monkeypatch
+):
+    from resgrad.cli import _common
+
+    f = tmp_path / "f.png"
+    f.write_bytes(b"x")
+    d = tmp_path / "d"
+    d.mkdir()
+    for n in ("b.csv", ".d.lock", "a.json", "c"):
+        (d / n).write_text("")
+    listdir = os.listdir  # listed backwards and hidden file last: sorted() must undo it
+    monkeypatch.setattr(os, "listdir", lambda p: sorted(listdir(p), reverse=True))
+    capsys.readouterr()
+    _common.wrote(f)
+    _common.wrote(d, "4 files")
+    _common.wrote(f, fmt="table")
+    _common.wrote(f, "1 row", fmt="json")
+    _common.wrote(d, fmt="csv")
+    out, err = capsys.readouterr()
+    monkeypatch.undo()
+    assert out.splitlines() == [
+        f"wrote {f}",
+        f"wrote {d}: a.json, b.csv, c (4 files)",
+        f"wrote {f}",
+    ]
+    assert err.splitlines() == [f"wrote {f} (1 row)", f"wrote {d}: a.json, b.csv, c"]
+    for line in out.splitlines() + err.splitlines():  # the shape the commands' test reads
+        assert LINE.fullmatch(line), line

@@ -1,12 +1,20 @@
+import dataclasses
 import math
+import re
 
 import numpy as np
 import pytest
 
-from resgrad.lab.explore import explore_figure, explore_records, gained_params
+from resgrad.lab.explore import (
+    explore_figure,
+    explore_grid,
+    explore_records,
+    explore_spec,
+    gained_params,
+)
 from resgrad.lab.flow import FlowConfig, measure, profile
 from resgrad.lab.lesson import StackConfig, run_stack
-from resgrad.plots import plotted_series
+from resgrad.plots import make_figure, plotted_series
 
 SMALL = dict(depth=3, width=16, seq=4, batch=2)
 
@@ -188,3 +196,108 @@ def test_a_band_is_the_min_and_max_over_the_seeds():
     np.testing.assert_allclose([r.mean for r in sg], per_seed.mean(0), rtol=1e-13)
     np.testing.assert_array_equal([r.min for r in sg], per_seed.min(0))
     np.testing.assert_array_equal([r.max for r in sg], per_seed.max(0))
+
+
+# the grid's views: the lesson's stack, two GPT schemes, and one without a caption
+LESSON = dict(depth=3, width=16, batch=2, seeds=(0,))
+VIEWS = [
+    dict(schemes="lesson-plain", scale=0.9, caption="(a) plain at 0.9", **LESSON),
+    dict(schemes=("none", "pre-ln"), seeds=(0, 1), caption="(b) two schemes", **SMALL),
+    dict(schemes="post-ln", quantity="stream_act", seeds=(0,), **SMALL),
+]
+
+
+def _spec(view):
+    kw = dict(view)
+    caption = kw.pop("caption", None)
+    spec = explore_spec(**kw)
+    return spec if caption is None else dataclasses.replace(spec, title=caption)
+
+
+def _cell(ax):
+    """(row, column, rows, columns) of a panel in its figure's grid."""
+    ss = ax.get_subplotspec()
+    rows, cols = ss.get_geometry()[:2]
+    return ss.rowspan.start, ss.colspan.start, rows, cols
+
+
+def _drawn(ax):
+    return [(ln.get_label(), ln.get_xdata(), ln.get_ydata()) for ln in ax.get_lines()]
+
+
+def test_the_grid_draws_each_view_as_explore_spec_does_in_its_own_panel():
+    fig = explore_grid(VIEWS, ncols=2)
+    shown = [ax for ax in fig.axes if ax.get_visible()]
+    assert len(shown) == len(VIEWS) == 3 and len(fig.axes) == 4  # the fourth cell hidden
+    assert [_cell(ax) for ax in shown] == [(0, 0, 2, 2), (0, 1, 2, 2), (1, 0, 2, 2)]
+    assert fig.get_size_inches().tolist() == [12.0, 9.2]  # 6 x 4.6 inches a panel
+    for ax, view in zip(shown, VIEWS):
+        ref = make_figure(_spec(view)).axes[0]  # the view alone, as the explorer draws it
+        got, want = _drawn(ax), _drawn(ref)
+        assert [g[0] for g in got] == [w[0] for w in want] and got
+        for (_, gx, gy), (_, wx, wy) in zip(got, want):
+            np.testing.assert_array_equal(gx, wx)
+            np.testing.assert_array_equal(gy, wy)
+        assert ax.get_title() == ref.get_title()  # the caption, then the spec's notes
+        assert ax.get_ylabel() == ref.get_ylabel() and ax.get_yscale() == ref.get_yscale()
+        assert ax.title.get_fontsize() == 9
+    # the numbers are explore_spec's: the records' means, one line per scheme
+    b = explore_spec(("none", "pre-ln"), seeds=(0, 1), **SMALL)
+    assert {ln.get_label(): ln.get_ydata().tolist() for ln in shown[1].get_lines()} == {
+        s.label: list(s.y) for s in b.series
+    }
+
+
+def test_a_panels_title_opens_with_its_caption_and_keeps_the_specs_notes():
+    fig = explore_grid(VIEWS, ncols=3)
+    titles = [ax.get_title().split("\n") for ax in fig.axes]
+    own = [explore_spec(**{k: v for k, v in view.items() if k != "caption"}) for view in VIEWS]
+    assert [t[0] for t in titles] == ["(a) plain at 0.9", "(b) two schemes", own[2].title]
+    assert all(spec.title not in "\n".join(t) for t, spec in zip(titles[:2], own))  # replaced
+    for t, spec in zip(titles, own):  # ... and the spec's notes kept under it
+        assert t[1 : 1 + len(spec.notes)] == list(spec.notes) and len(spec.notes) >= 2
+
+
+@pytest.mark.parametrize(
+    "n, ncols, cells",
+    [
+        (3, 3, [(0, 0, 1, 3), (0, 1, 1, 3), (0, 2, 1, 3)]),
+        (3, 5, [(0, 0, 1, 3), (0, 1, 1, 3), (0, 2, 1, 3)]),  # no wider than the views
+        (3, 1, [(0, 0, 3, 1), (1, 0, 3, 1), (2, 0, 3, 1)]),
+        (1, 2, [(0, 0, 1, 1)]),
+        (5, 2, [(0, 0, 3, 2), (0, 1, 3, 2), (1, 0, 3, 2), (1, 1, 3, 2), (2, 0, 3, 2)]),
+    ],
+)
+def test_the_panels_go_row_by_row_in_ncols_columns(n, ncols, cells):
+    views = [dict(schemes="lesson-plain", scale=0.5 + 0.1 * i, caption=f"v{i}", **LESSON)
+             for i in range(n)]  # fmt: skip
+    fig = explore_grid(views, ncols=ncols)
+    shown = [ax for ax in fig.axes if ax.get_visible()]
+    assert [_cell(ax) for ax in shown] == cells
+    assert [ax.get_title().split("\n")[0] for ax in shown] == [f"v{i}" for i in range(n)]
+    assert len(fig.axes) == cells[0][2] * cells[0][3]  # the cells of the grid, no more
+    assert fig.get_size_inches().tolist() == pytest.approx([6.0 * cells[0][3], 4.6 * cells[0][2]])
+
+
+@pytest.mark.parametrize(
+    "views, ncols, msg",
+    [
+        ([], 2, "views must hold at least one view, got none"),
+        ((), 2, "views must hold at least one view, got none"),
+        (VIEWS[:1], 0, "ncols must be an int >= 1, got 0"),
+        (VIEWS[:1], -1, "ncols must be an int >= 1, got -1"),
+        (VIEWS[:1], 1.0, "ncols must be an int >= 1, got 1.0"),
+        (VIEWS[:1], "2", "ncols must be an int >= 1, got '2'"),
+        (VIEWS[:1], True, "ncols must be an int >= 1, got True"),
+        (VIEWS[:1], None, "ncols must be an int >= 1, got None"),
+    ],
+)
+def test_the_grid_refuses_no_views_and_a_bad_ncols_in_one_line(views, ncols, msg):
+    with pytest.raises(ValueError, match=f"^{re.escape(msg)}$") as e:
+        explore_grid(views, ncols=ncols)
+    assert "\n" not in str(e.value)
+
+
+def test_a_bad_view_is_named_as_explore_spec_names_it():
+    with pytest.raises(ValueError, match="depth must be a positive integer, got 0"):
+        explore_grid([dict(VIEWS[0], depth=0)])

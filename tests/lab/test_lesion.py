@@ -554,6 +554,8 @@ def test_the_figure_draws_the_rows_numbers_in_three_panels(tmp_path, monkeypatch
     lo, hi = only.axes[0].get_xlim()
     ticks = [t for t in only.axes[0].get_xticks() if lo <= t <= hi]
     assert lo < 0 < 3 < hi and {0, 3} <= set(ticks), (lo, hi, ticks)
+    for f in (fig, only):  # each layer's whole unit, half a layer either side, no margin
+        assert f.axes[0].get_xlim() == (-0.5, 3.5), f.axes[0].get_xlim()
     for ext in ("png", "svg"):
         lesionfigs.save_lesion_figure(tmp_path / f"f.{ext}", table, "t")
         assert (tmp_path / f"f.{ext}").stat().st_size > 1000
