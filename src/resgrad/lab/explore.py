@@ -236,25 +236,14 @@ def explore_spec(
     return dataclasses.replace(spec, notes=(*notes, *overflow))
 
 
-def explore_figure(
-    schemes: str | Sequence[str] = ("none", "pre-ln"),
-    depth: int = 12,
-    width: int = 32,
-    scale: float = 0.5,
-    gain: float = 1.0,
-    init: str = "gpt2",
-    quantity: str = "stream_grad",
-    **options,
-) -> Figure:
+def explore_figure(*args, **options) -> Figure:
     """The per-layer profile of one or more stacks at initialization, as a figure:
-    :func:`explore_spec`'s, drawn by :func:`resgrad.plots.make_figure`.
+    :func:`explore_spec`'s, with its arguments, drawn by :func:`resgrad.plots.make_figure`.
 
-    Takes :func:`explore_spec`'s arguments (``seeds``, ``seq``, ``batch``, ``heads``
-    and ``loss`` by keyword). Returns a matplotlib Figure on an Agg canvas (no
-    pyplot) whose lines hold exactly the records' means
-    (:func:`resgrad.plots.plotted_series` reads them back).
+    Returns a matplotlib Figure on an Agg canvas (no pyplot) whose lines hold exactly the
+    records' means (:func:`resgrad.plots.plotted_series` reads them back).
     """
-    return make_figure(explore_spec(schemes, depth, width, scale, gain, init, quantity, **options))
+    return make_figure(explore_spec(*args, **options))
 
 
 def explore_grid(views: Sequence[Mapping[str, object]], ncols: int = 2) -> Figure:

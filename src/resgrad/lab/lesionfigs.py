@@ -50,17 +50,16 @@ def lesion_figure(table: Sequence[LesionRow], title_text: str = "", metric: str 
              "kl": "KL(intact || lesioned)", "change": "||y' - y|| / ||y||"}[metric]  # fmt: skip
     fig, axes = new_figure(ncols=3, width=15.0, height=4.6)
     ax_a, ax_b, ax_c = axes
-    drawn = [kind for kind in ("attn", "mlp", "block") if _panel_rows(table, kind)]
-    for j, kind in enumerate(drawn):
-        rs = _panel_rows(table, kind)
+    drawn = {kind: rs for kind in ("attn", "mlp", "block") if (rs := _panel_rows(table, kind))}
+    for j, (kind, rs) in enumerate(drawn.items()):
         shift = (j - (len(drawn) - 1) / 2) * 0.2  # side by side, centred on the layer
         x = np.array([r.layer for r in rs]) + shift  # (L,)
         m, s = np.array([r.get(metric) for r in rs]).T  # (L,), (L,)
         name = {"attn": "attention", "mlp": "MLP"}.get(kind, "whole block")
         marker = "os^"[("attn", "mlp", "block").index(kind)]
         ax_a.errorbar(x, m, yerr=s, fmt=marker + "-", ms=4, capsize=2, label=name)
-    layers = [r.layer for kind in drawn for r in _panel_rows(table, kind)]
-    if layers:  # every layer's whole unit shown, from block 0 on
+    layers = [r.layer for rs in drawn.values() for r in rs]
+    if layers:  # half a unit either side of the layers drawn: each one has its tick
         ax_a.set_xlim(min(layers) - 0.5, max(layers) + 0.5)
     ax_a.set_title("(a) one branch or block deleted", fontsize=9, loc="left")
     ax_a.set_xlabel("layer i")
