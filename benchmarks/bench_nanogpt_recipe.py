@@ -14,8 +14,9 @@ AdamW beta2 0.99, weight decay 0.1, clip 1.0, an evaluation every 250 steps) wit
 --dropout=0.0``, and here also ``--bias=True``: resgrad's GPT has biases (GPT-2's), so both
 train the same model, and ``--dtype=float32``, what a CPU computes in either way (train.py
 runs no autocast on a CPU; the flag only keeps its float16 GradScaler off). ``resgrad
-train``'s defaults are the same recipe; it gets ``--out-dir`` and ``--max-iters`` and
-nothing else. ``--iters`` shortens both runs
+train``'s defaults are the same recipe; it gets ``--out-dir``, ``--max-iters`` and
+``--activation gelu`` (nanoGPT's MLP has ``nn.GELU()``, the exact form; resgrad's default
+is GPT-2's tanh form) and nothing else. ``--iters`` shortens both runs
 (``--max_iters`` / ``--max-iters``) and keeps the schedule: the cosine still decays over
 2000 iterations, cut short.
 
@@ -94,9 +95,10 @@ def nanogpt_argv(checkout: str, dataset: str, out_dir: str, iters: int) -> list[
 
 
 def resgrad_argv(out_dir: str, iters: int) -> list[str]:
-    """``resgrad train``: its defaults are the recipe."""
+    """``resgrad train``: its defaults are the recipe, and ``--activation gelu`` is nanoGPT's
+    ``nn.GELU()``, the exact form, so both sides train the same model."""
     return [sys.executable, "-m", "resgrad", "train", "--out-dir", out_dir, "--max-iters",
-            str(iters)]  # fmt: skip
+            str(iters), "--activation", "gelu"]  # fmt: skip
 
 
 def timed_run(argv: list[str], cwd: str | None, log: str) -> float:

@@ -29,7 +29,7 @@ MUTANTS = [
            "shown = \"\" if \"(default:\" in help_ else \" (default: the experiment's)\"",
            "shown = \" (default: the experiment's)\"", HELP, "names"),
     Mutant("train_cmds: --tokenizer lists no choices", "cli/train_cmds.py",
-           '"--tokenizer": KINDS}', '"--tokenizer-kind": KINDS}', HELP, "names"),
+           '"--tokenizer": KINDS,', '"--tokenizer-kind": KINDS,', HELP, "names"),
     Mutant("train_cmds: sample counts characters", "cli/train_cmds.py",
            'help="tokens to generate: characters for a character-level run, BPE tokens for a "\n'
            '        "BPE run or GPT-2 (default: 500)",',

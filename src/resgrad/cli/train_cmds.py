@@ -12,7 +12,7 @@ from resgrad.nn.blocks import INITS, VARIANTS
 from resgrad.nn.model import GPTConfig
 from resgrad.perf import memory
 from resgrad.train.bpe import KINDS
-from resgrad.train.config import FROM_PRETRAINED, TrainConfig, resume_config
+from resgrad.train.config import ACTIVATION_NAMES, FROM_PRETRAINED, TrainConfig, resume_config
 from resgrad.train.loop import TrainingDiverged, train
 from resgrad.train.sample import DECODE_ONE_THREAD_FLOPS
 
@@ -44,6 +44,8 @@ TRAIN_FLAGS = [
     ("--eval-iters", _common.positive_int, "batches per split in each evaluation"),
     ("--variant", None, "residual scheme; 'none' removes the + x path"),
     ("--init", None, "weight initialization"),
+    ("--activation", None, "the MLP's GELU: gelu_tanh, GPT-2's tanh form; gelu, the exact "
+     "erf form (nanoGPT's nn.GELU())"),
     ("--seed", _common.seed, "seed of the init, batches and dropout"),
     ("--data", str, "a UTF-8 text file (default: the Python reference manual, built in)"),
     ("--tokenizer", _tokenizer_kind, "char: one token per character; bpe: a byte-level BPE "
@@ -76,7 +78,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     for flag, typ, help_ in TRAIN_FLAGS:
         default = getattr(d, _field(flag))
-        choices = {"--variant": VARIANTS, "--init": INITS, "--tokenizer": KINDS}.get(flag)
+        choices = {"--variant": VARIANTS, "--init": INITS, "--tokenizer": KINDS,
+                   "--activation": tuple(ACTIVATION_NAMES)}.get(flag)  # fmt: skip
         kw = {"choices": choices} if choices else {}
         shown = "" if default is None else f" (default: {default})"
         p.add_argument(flag, type=typ or str, default=None, help=help_ + shown, **kw)

@@ -24,6 +24,7 @@ from resgrad.train.optim import AdamWConfig, LRSchedule
 from resgrad.train.shards import DEFAULT_SHARDS
 
 __all__ = [
+    "ACTIVATION_NAMES",
     "FROM_PRETRAINED",
     "MAX_EVAL_ITERS",
     "RESUMABLE",
@@ -44,7 +45,12 @@ _MIN_INT = {  # integer fields of TrainConfig -> smallest allowed value
 }  # fmt: skip
 # a field a checkpoint does not record is newer than the checkpoint, which was trained
 # as the code then did: the field's default, except where the default has changed since
-_BEFORE_RECORDED = {"shards": 1}  # runs before shards were unsharded
+# a setting older runs do not record -> the value they were trained with
+_BEFORE_RECORDED = {"shards": 1, "activation": "gelu_tanh"}
+
+# ``--activation`` -> the model's GELU (GPTConfig.activation, a key of nn.layers.ACTIVATIONS),
+# in PyTorch's words: F.gelu(x, approximate="tanh") is GPT-2's, F.gelu(x) (nn.GELU()) nanoGPT's
+ACTIVATION_NAMES = {"gelu_tanh": "gelu-tanh", "gelu": "gelu-erf"}
 
 
 def _int(name, v, lo):
@@ -61,7 +67,7 @@ def _float(name, v, lo, hi=math.inf, lo_open=False):
 
 
 # settings a pretrained model (TrainConfig.init_from) brings with it: a run may not set them
-FROM_PRETRAINED = ("n_layer", "n_head", "n_embd", "variant", "init", "tokenizer")
+FROM_PRETRAINED = ("n_layer", "n_head", "n_embd", "variant", "init", "tokenizer", "activation")
 
 
 @dataclass(frozen=True)
@@ -91,6 +97,9 @@ class TrainConfig:
     eval_iters: int = 20  # batches per split in each evaluation
     variant: str = "pre-ln"  # residual scheme (resgrad.nn.blocks.VARIANTS); "none" drops + x
     init: str = "gpt2"  # initialization (resgrad.nn.blocks.INITS)
+    # the MLP's GELU, a key of ACTIVATION_NAMES: "gelu_tanh" (GPT-2's tanh form) or "gelu"
+    # (the exact erf form, nanoGPT's nn.GELU()); part of the run: a resume may not change it
+    activation: str = "gelu_tanh"
     seed: int = 1337  # seeds the init, the batches, the dropout masks and the eval batches
     data: str | None = None  # a UTF-8 text file; None: the built-in Python reference manual
     out_dir: str = "out"  # checkpoints, metrics, plot
@@ -126,6 +135,10 @@ class TrainConfig:
             raise ValueError(f"unknown variant {self.variant!r}; expected one of {VARIANTS}")
         if self.init not in INITS:
             raise ValueError(f"unknown init {self.init!r}; expected one of {INITS}")
+        if self.activation not in ACTIVATION_NAMES:
+            raise ValueError(
+                f"unknown activation {self.activation!r}; expected one of {tuple(ACTIVATION_NAMES)}"
+            )
         if self.data is not None and (not isinstance(self.data, str) or not self.data):
             raise ValueError(f"data must be a file path or None, got {self.data!r}")
         if not isinstance(self.out_dir, str) or not self.out_dir:
@@ -176,6 +189,7 @@ class TrainConfig:
             dropout=self.dropout,
             variant=self.variant,
             init=self.init,
+            activation=ACTIVATION_NAMES[self.activation],
         )
 
     def schedule(self) -> LRSchedule:
