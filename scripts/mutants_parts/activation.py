@@ -31,3 +31,21 @@ MUTANTS = [
     Mutant("activation: the flag is not offered as a choice", "cli/train_cmds.py",
            '"--activation": tuple(ACTIVATION_NAMES)}', "}", TESTS, "refusal"),
 ]  # fmt: skip
+
+# the float32 exact GELU kernel (src/resgrad/nn/kernels.py)
+K = "nn/kernels.py"
+KT = ("tests/nn/test_kernels.py",)
+MUTANTS += [
+    Mutant("kernels: gelu_erf clamps erf's argument at 3, not 4", K,
+           "_F32(0.7071067811865476), _F32(0.5), _F32(1.0), _F32(4.0)",
+           "_F32(0.7071067811865476), _F32(0.5), _F32(1.0), _F32(3.0)", KT, "bounds"),
+    Mutant("kernels: gelu_erf with the erf of x, not of x / sqrt(2)", K,
+           "u = xi * _SQRT1_2  # u = x / sqrt(2)", "u = xi  # u = x / sqrt(2)", KT, "formula"),
+    Mutant("kernels: gelu_erf's numerator one term short", K,
+           "p = p * u2 + _P1", "p = p * u2", KT, "formula"),
+    Mutant("kernels: gelu_erf runs on float64 too", K,
+           "    if x.dtype != np.float32:\n        return None\n    fn = _kernel(\"gelu_erf32\", x)",
+           "    fn = _kernel(\"gelu_erf32\", x)", KT, "refusal"),
+    Mutant("kernels: gelu_erf returns (cdf, out)", K,
+           "    return out, cdf\n", "    return cdf, out\n", KT, "ordering"),
+]  # fmt: skip

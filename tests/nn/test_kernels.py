@@ -118,3 +118,51 @@ def test_layernorm_kernels_compute_their_formulas():
     dxhat, m1, m2 = rng.standard_normal((4, 6)), rng.standard_normal((4, 1)), rng.random((4, 1))
     want = rstd * (dxhat - m1 - xc * m2)
     np.testing.assert_allclose(kernels.layernorm_dx(dxhat, xc, m1, m2, rstd), want, rtol=1e-13)
+
+
+def test_the_float32_exact_gelu_kernel_is_within_1e_5_of_scipy_s_erf(numpy_passes):
+    """The rational erf against SciPy's, over every float32 input that matters (+-12, where
+    Phi is 0 or 1 in float32) and some that do not (+-1e30, inf, nan), forward and backward:
+    the kernel replaces the forward only, the backward reads its cdf."""
+    from resgrad.nn.layers import gelu_erf_backward, gelu_erf_forward
+
+    x = np.concatenate([np.linspace(-12, 12, 240_001), [-1e30, 1e30, -np.inf, np.inf, np.nan]])
+    x = x.astype(np.float32)
+    dout = np.random.default_rng(0).standard_normal(x.shape).astype(np.float32)
+    assert kernels.gelu_erf(x) is not None  # the kernel runs here
+    # the infinite inputs make NaNs on purpose (-inf * 0 = nan): their warnings are not news
+    with np.errstate(invalid="ignore", over="ignore"):
+        out, cache = gelu_erf_forward(x)
+        dx = gelu_erf_backward(dout, cache)
+        again = gelu_erf_forward(x)[0]
+        numpy_passes()
+        ref, ref_cache = gelu_erf_forward(x)
+        ref_dx = gelu_erf_backward(dout, ref_cache)
+    assert out.tobytes() == again.tobytes()  # the same bytes on every run
+    assert out.dtype == cache.cdf.dtype == dx.dtype == np.float32
+    fin = np.isfinite(x)
+    np.testing.assert_allclose(cache.cdf[fin], ref_cache.cdf[fin], rtol=0, atol=1e-6)
+    np.testing.assert_allclose(out[fin], ref[fin], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(dx[fin], ref_dx[fin], rtol=1e-5, atol=1e-5)
+    assert np.isnan(out[-1]) and np.isnan(cache.cdf[-1])  # a NaN stays a NaN
+    assert out[-2] == ref[-2] == np.inf and cache.cdf[-3] == 0.0 and cache.cdf[-2] == 1.0
+    assert out[-4] == ref[-4] == np.float32(1e30) and out[-5] == ref[-5] == 0.0  # -1e30 * 0
+    # the error that matters, against the float64 truth: Phi within 2.3e-7 everywhere
+    from scipy.special import ndtr
+
+    truth = ndtr(x[fin].astype(np.float64))
+    assert np.abs(cache.cdf[fin] - truth).max() < 2.5e-7
+
+
+def test_the_exact_gelu_kernel_leaves_float64_and_views_to_scipy(monkeypatch):
+    from resgrad.nn.layers import gelu_erf_forward
+
+    x64 = np.linspace(-3, 3, 7)
+    assert kernels.gelu_erf(x64) is None  # float64: SciPy's erf, for the gradient checks
+    assert kernels.gelu_erf(np.linspace(-3, 3, 14, dtype=np.float32)[::2]) is None
+    out, cache = gelu_erf_forward(x64)
+    from scipy.special import erf
+
+    np.testing.assert_array_equal(cache.cdf, 0.5 * (1 + erf(x64 * np.sqrt(0.5))))
+    monkeypatch.setattr(kernels, "ENABLED", False)
+    assert kernels.gelu_erf(x64.astype(np.float32)) is None
