@@ -53,6 +53,7 @@ RESGRAD_KIND = {
     "softmax_forward": "attention", "softmax_backward": "attention",
     "layernorm_forward": "layernorm", "layernorm_backward": "layernorm",
     "gelu_forward": "gelu", "gelu_backward": "gelu",
+    "gelu_erf_forward": "gelu", "gelu_erf_backward": "gelu",  # the exact form, nanoGPT's
     "cross_entropy_forward": "cross-entropy", "cross_entropy_backward": "cross-entropy",
     "embedding_forward": "embedding", "embedding_backward": "embedding",
     "softmax": "attention",  # layers.softmax: attention's, in the forward
@@ -61,6 +62,7 @@ RESGRAD_KIND = {
     # by its Python source function, and its wrapper
     "gelu_u": "gelu", "gelu_out": "gelu", "gelu_dx": "gelu",
     "_gelu_u": "gelu", "_gelu_out": "gelu", "_gelu_dx": "gelu",
+    "gelu_erf": "gelu", "_gelu_erf32": "gelu",
     "layernorm_out": "layernorm", "layernorm_dx": "layernorm",
     "_ln_out": "layernorm", "_ln_dx": "layernorm", "adamw_piece": "optimizer",
     # the trainer's checks and records: gradient norms, clipping, update ratios, RMS

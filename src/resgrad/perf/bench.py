@@ -72,6 +72,8 @@ class BenchConfig:
     vocab_size: int = 65  # a character vocabulary
     n_positions: int = 0  # rows of the position embedding; 0: block_size
     in_all: bool = True  # timed by --config all (GPT-2 124M only when named)
+    # the MLP's GELU: the exact form, nn.GELU(), as nanoGPT's model.py that PyTorch's side runs
+    activation: str = "gelu-erf"
 
     def gpt_config(self) -> GPTConfig:
         return GPTConfig(
@@ -80,6 +82,7 @@ class BenchConfig:
             n_layer=self.n_layer,
             n_head=self.n_head,
             n_embd=self.n_embd,
+            activation=self.activation,
         )
 
     @property
