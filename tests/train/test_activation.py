@@ -4,6 +4,7 @@ its checkpoints and its export, and a resume may not change it."""
 import dataclasses
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -34,9 +35,9 @@ def test_each_name_is_a_gelu_of_the_model_and_the_two_differ():
     assert np.abs(tanh_form - exact).max() > 1e-4  # the choice is a different model
 
 
-@pytest.mark.parametrize("bad", ["erf", "gelu-erf", "GELU", "", None])
+@pytest.mark.parametrize("bad", ["erf", "gelu-erf", "GELU", "", None, ["gelu"]])
 def test_an_unknown_activation_is_refused_by_name(bad):
-    with pytest.raises(ValueError, match=rf"unknown activation {bad!r}; expected one of"):
+    with pytest.raises(ValueError, match=rf"unknown activation {re.escape(repr(bad))}; expected"):
         TrainConfig(activation=bad)
 
 

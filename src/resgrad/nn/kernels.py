@@ -12,10 +12,9 @@ Transcendentals (tanh) stay NumPy's: another library's may round differently.
 One kernel is not NumPy's bytes: :func:`gelu_erf`, the exact GELU in float32. SciPy's
 ``erf`` (libm's, one element at a time) costs 3.8 ms on a (768, 512) float32 array, 27x
 the whole tanh-form GELU forward; the kernel evaluates ``erf`` as a rational function
-that the compiler vectorizes, within 2.3e-7 of the true ``Phi`` (below float32's
-rounding of values near 1, 6e-8, times 4), at 0.1 ms. float64 keeps SciPy's ``erf``, so
-the float64 gradient checks see the exact function; ``tests/nn/test_kernels.py`` holds
-the float32 kernel within 1e-5 of SciPy's.
+that the compiler vectorizes, within 2.3e-7 of the true ``Phi``, at 0.1 ms. float64
+keeps SciPy's ``erf``, so the float64 gradient checks see the exact function;
+``tests/nn/test_kernels.py`` holds the float32 kernel within 1e-5 of SciPy's.
 
 numba compiles each kernel on its first call (cached on disk, GIL released, so the
 trainer's shards run them on their threads). Without numba, or with ``ENABLED = False``,

@@ -45,7 +45,6 @@ _MIN_INT = {  # integer fields of TrainConfig -> smallest allowed value
 }  # fmt: skip
 # a field a checkpoint does not record is newer than the checkpoint, which was trained
 # as the code then did: the field's default, except where the default has changed since
-# a setting older runs do not record -> the value they were trained with
 _BEFORE_RECORDED = {"shards": 1, "activation": "gelu_tanh"}
 
 # ``--activation`` -> the model's GELU (GPTConfig.activation, a key of nn.layers.ACTIVATIONS),
@@ -135,7 +134,7 @@ class TrainConfig:
             raise ValueError(f"unknown variant {self.variant!r}; expected one of {VARIANTS}")
         if self.init not in INITS:
             raise ValueError(f"unknown init {self.init!r}; expected one of {INITS}")
-        if self.activation not in ACTIVATION_NAMES:
+        if not isinstance(self.activation, str) or self.activation not in ACTIVATION_NAMES:
             raise ValueError(
                 f"unknown activation {self.activation!r}; expected one of {tuple(ACTIVATION_NAMES)}"
             )
