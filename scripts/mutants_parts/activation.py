@@ -25,7 +25,8 @@ MUTANTS = [
            'RESUMABLE = ("max_iters", "eval_interval", "eval_iters", "data", "out_dir", '
            '"resume", "keep_every", "activation")', TESTS, "refusal"),
     Mutant("activation: an unknown name is let through", C,
-           "if self.activation not in ACTIVATION_NAMES:", "if False:", TESTS, "refusal"),
+           "if not isinstance(self.activation, str) or self.activation not in ACTIVATION_NAMES:",
+           "if False:", TESTS, "refusal"),
     Mutant("activation: a pretrained model's may be overridden", C,
            '"tokenizer", "activation")', '"tokenizer")', TESTS, "refusal"),
     Mutant("activation: the flag is not offered as a choice", "cli/train_cmds.py",
