@@ -63,8 +63,10 @@ RESGRAD_KIND = {
     "gelu_u": "gelu", "gelu_out": "gelu", "gelu_dx": "gelu",
     "_gelu_u": "gelu", "_gelu_out": "gelu", "_gelu_dx": "gelu",
     "gelu_erf": "gelu", "_gelu_erf32": "gelu",
-    "layernorm_out": "layernorm", "layernorm_dx": "layernorm",
-    "_ln_out": "layernorm", "_ln_dx": "layernorm", "adamw_piece": "optimizer",
+    "_ln_forward": "layernorm", "_ln_backward": "layernorm", "adamw_piece": "optimizer",
+    "causal_softmax": "attention", "causal_softmax_backward": "attention",
+    "_causal_softmax32": "attention", "_causal_softmax64": "attention",
+    "_causal_softmax_dx": "attention", "sum_sq64": "clip+dynamics", "_sum_sq64": "clip+dynamics",
     # the trainer's checks and records: gradient norms, clipping, update ratios, RMS
     "grad_norms": "clip+dynamics", "clip_grad_norm": "clip+dynamics",
     "snapshot_blocks": "clip+dynamics", "update_ratios": "clip+dynamics",

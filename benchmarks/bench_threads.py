@@ -19,6 +19,13 @@ steps, an evaluation and a checkpoint), ``sample`` (500 tokens from a run this s
 trains first), ``flow`` (three schemes, 24 blocks), ``paths`` and ``lesion`` (that run,
 their defaults).
 
+Then, on the quiet machine, a load that arrives mid-run (``--mid-load``: that many busy
+processes, 1 by default; 0: not run): a longer ``train`` (the CPU recipe, 500 steps, some
+30 s on 2 cores) is started alone and the busy processes start 8 s into it, by default
+(which reads the load again as it trains: resgrad.perf.threads.ThreadFollower) and with
+each ``--threads N``, timed and pruned as above. The goal is the same: default / best
+1.10 at most.
+
 Beside them, one training step of the cpu-recipe config under the same load: resgrad's
 trainer step (:func:`resgrad.perf.bench.resgrad_stepper`) with the thread count
 ``resgrad train`` would pick now, and PyTorch's (``benchmarks/bench_train_step.py``'s
@@ -80,12 +87,14 @@ class Sizes:
     lesion: tuple[str, ...]
     steps: int  # timed training steps per framework and load
     repeat: int
+    mid_iters: int  # steps of the train a load arrives in the middle of
+    mid_delay: float  # seconds into that train when the load arrives
 
 
 FULL = Sizes(
     model=(), run_iters=40, train_iters=15, eval_iters=4, tokens=500,
     flow=("--variant", "pre-ln,post-ln,none", "--depth", "24"), paths=(), lesion=(),
-    steps=20, repeat=4,
+    steps=20, repeat=4, mid_iters=500, mid_delay=8.0,
 )  # fmt: skip
 QUICK = Sizes(
     model=("--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--block-size", "8",
@@ -94,7 +103,7 @@ QUICK = Sizes(
     flow=("--depth", "2", "--width", "8", "--heads", "2", "--seq", "4", "--batch", "2"),
     paths=("--seq", "8", "--batch", "2", "--seeds", "1"),
     lesion=("--seq", "8", "--batch", "2", "--seeds", "1", "--what", "block"),
-    steps=2, repeat=1,
+    steps=2, repeat=1, mid_iters=200, mid_delay=1.0,
 )  # fmt: skip
 
 
@@ -110,6 +119,34 @@ def run_quietly(argv: list[str]) -> float:
     if p.returncode != 0:
         raise SystemExit(f"{' '.join(argv)} failed ({p.returncode}): {p.stderr[-2000:]}")
     return seconds
+
+
+def loaded_midway(load: int, delay: float) -> Callable[[list[str]], float]:
+    """A runner like :func:`run_quietly` whose command gets ``load`` busy processes beside
+    it from ``delay`` seconds after its start to its end (none if it ends before)."""
+
+    def run(argv: list[str]) -> float:
+        with tempfile.TemporaryFile() as err:
+            t0 = time.perf_counter()
+            p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err)
+            try:
+                try:
+                    p.wait(timeout=delay)
+                except subprocess.TimeoutExpired:  # still running: the load arrives
+                    with busy_processes(load):
+                        p.wait()
+            finally:
+                if p.poll() is None:  # interrupted: the command ends with the benchmark
+                    p.kill()
+                    p.wait()
+            seconds = time.perf_counter() - t0
+            if p.returncode != 0:
+                err.seek(0)
+                tail = err.read()[-2000:].decode(errors="replace")
+                raise SystemExit(f"{' '.join(argv)} failed ({p.returncode}): {tail}")
+        return seconds
+
+    return run
 
 
 @contextlib.contextmanager
@@ -165,9 +202,12 @@ def commands(sizes: Sizes, run_dir: str, scratch: str) -> dict[str, Callable[[],
     }
 
 
-def time_commands(cmds: dict, settings: list[int | None], repeat: int, scratch: str) -> dict:
-    """{command: {setting: [seconds, ...]}}, the settings alternating (module docstring);
-    also {"_policy": [...]}: the threads load_aware_threads gave here before each default."""
+def time_commands(
+    cmds: dict, settings: list[int | None], repeat: int, scratch: str, run=run_quietly
+) -> dict:
+    """{command: {setting: [seconds, ...]}}, the settings alternating (module docstring),
+    each command timed by ``run``; also {"_policy": [...]}: the threads load_aware_threads
+    gave here before each default."""
     times = {name: {s: [] for s in settings} for name in cmds}
     policy = []
     for r in range(repeat):
@@ -182,7 +222,7 @@ def time_commands(cmds: dict, settings: list[int | None], repeat: int, scratch: 
                 if s is None:
                     policy.append(load_aware_threads())
                 flag = [] if s is None else ["--threads", str(s)]
-                done.append(run_quietly(resgrad_cmd(*argv(), *flag)))
+                done.append(run(resgrad_cmd(*argv(), *flag)))
                 shutil.rmtree(scratch)  # train's run directories
                 os.makedirs(scratch)
     return {**times, "_policy": policy}
@@ -267,6 +307,20 @@ def format_load(load: int, summary: dict, policy: list[int], others: float, step
     return "\n".join(lines)
 
 
+def format_midload(load: int, sizes: Sizes, summary: dict, policy: list[int]) -> str:
+    """The mid-run load's table (module docstring)."""
+    (r,) = summary.values()
+    every = ", ".join(f"{k} {m:.2f} ({n})" for k, (m, n) in r["all"].items())
+    read = ", ".join(f"{n} thread(s) x{policy.count(n)}" for n in sorted(set(policy)))
+    return (
+        f"\n== load arriving mid-run: {load} busy process(es) from {sizes.mid_delay:g} s into "
+        f"a {sizes.mid_iters}-step train; the default read as it started: {read}\n"
+        f"  default {r['default']:.2f} s, best --threads {r['best']} {r['best_s']:.2f} s: "
+        f"default/best {r['ratio']:.2f}x ({r['ratio_min']:.2f}x fastest runs; the goal: "
+        f"1.10x at most)\n  every setting: median s (runs): {every}"
+    )
+
+
 def format_summary(rows: list[dict]) -> str:
     """default / best for every command and load, and the training step's speedup."""
     loads = [r["load"] for r in rows]
@@ -293,6 +347,13 @@ def main() -> None:
         default=",".join(COMMANDS),
         help=f"which, comma-separated (default: {','.join(COMMANDS)})",
     )
+    p.add_argument(
+        "--mid-load",
+        type=int,
+        default=1,
+        help="busy processes that arrive during a longer train, on the quiet machine "
+        "(default: 1; 0, or no train in --commands: that case is not run)",
+    )
     p.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
     args = p.parse_args()
     try:
@@ -301,6 +362,8 @@ def main() -> None:
         p.error(f"--loads: expected comma-separated integers, got {args.loads!r}")
     if any(n < 0 for n in loads):
         p.error(f"--loads: expected counts >= 0, got {args.loads!r}")
+    if args.mid_load < 0:
+        p.error(f"--mid-load: expected a count >= 0, got {args.mid_load!r}")
     names = args.commands.split(",")
     if not set(names) <= set(COMMANDS):
         p.error(f"--commands: expected some of {','.join(COMMANDS)}, got {args.commands!r}")
@@ -343,10 +406,22 @@ def main() -> None:
                   flush=True)  # fmt: skip
             rows.append({"load": load, "others_cores": others, "default_read": times["_policy"],
                          "commands": summary, "step": step})  # fmt: skip
+        mid = None
+        if args.mid_load and "train" in names:
+            it = str(sizes.mid_iters)
+            cmd = {"train": lambda: ["train", *sizes.model, "--max-iters", it, "--eval-interval",
+                                     it, "--eval-iters", str(sizes.eval_iters), "--out-dir",
+                                     os.path.join(scratch, "mid")]}  # fmt: skip
+            run = loaded_midway(args.mid_load, sizes.mid_delay)
+            times = time_commands(cmd, settings, repeat, scratch, run=run)
+            mid = {"load": args.mid_load, "delay_s": sizes.mid_delay, "iters": sizes.mid_iters,
+                   "default_read": times["_policy"], **summarize(times)["train"]}  # fmt: skip
+            print(format_midload(args.mid_load, sizes, summarize(times), times["_policy"]))
     print(format_summary(rows))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"blas": blas_info(), "env": env, "cores": cores, "rows": rows}, f, indent=2)
+            json.dump({"blas": blas_info(), "env": env, "cores": cores, "rows": rows,
+                       "mid_load": mid}, f, indent=2)  # fmt: skip
 
 
 if __name__ == "__main__":

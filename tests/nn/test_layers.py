@@ -24,6 +24,24 @@ def check_rows():
     return {r.name: r for r in layer_checks(seed=0)}
 
 
+@pytest.fixture(scope="session")
+def reference_rows():
+    """The same checks on the readable NumPy passes: the compiled kernels switched off."""
+    from resgrad.nn import kernels
+
+    was, kernels.ENABLED = kernels.ENABLED, False
+    try:
+        return {r.name: r for r in layer_checks(seed=0)}
+    finally:
+        kernels.ENABLED = was
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_layer_passes_a_full_float64_check_on_the_numpy_passes(name, reference_rows):
+    r = reference_rows[name]
+    assert r.passed and r.max_error < RTOL, r.row()
+
+
 def test_the_check_rows_are_the_layers_listed_here(check_rows):
     assert list(check_rows) == NAMES
 
@@ -451,10 +469,11 @@ def test_a_softmax_backward_without_its_sum_term_fails(monkeypatch):
     import resgrad.verify.selfcheck as S
 
     def broken(dy, cache):
-        q, k, v, att, drop = cache
+        qs, k, v, att, drop, scale_in_softmax = cache  # qs: q itself where the kernel scaled
         datt = dy @ v.swapaxes(-1, -2)
-        ds = att * datt / np.sqrt(q.shape[-1])  # forgot - sum(datt * att)
-        return ds @ k, ds.swapaxes(-1, -2) @ q, att.swapaxes(-1, -2) @ dy
+        ds = att * datt / np.sqrt(qs.shape[-1])  # forgot - sum(datt * att)
+        dq = ds @ k if scale_in_softmax else ds @ k / np.sqrt(qs.shape[-1])
+        return dq, ds.swapaxes(-1, -2) @ qs, att.swapaxes(-1, -2) @ dy
 
     monkeypatch.setattr(S, "sdpa_backward", broken)
     row = next(r for r in S.layer_checks() if r.name == "causal sdpa")

@@ -11,6 +11,7 @@ from resgrad.lab.depthtrain import DepthTrainConfig, depth_train
 from resgrad.nn.blocks import INITS, VARIANTS
 from resgrad.nn.model import GPTConfig
 from resgrad.perf import memory
+from resgrad.perf.threads import COOLDOWN_STEPS, RECHECK_STEPS, SLOW_STEP, ThreadFollower
 from resgrad.train.bpe import KINDS
 from resgrad.train.config import ACTIVATION_NAMES, FROM_PRETRAINED, TrainConfig, resume_config
 from resgrad.train.loop import TrainingDiverged, train
@@ -90,7 +91,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--resume", action="store_true", help="continue the run in --out-dir from last.ckpt"
     )
     _common.add_log_to(p)
-    _common.add_threads(p)
+    _common.add_threads(p, f"; read again every {RECHECK_STEPS} steps and after a step "
+                        f"{SLOW_STEP:g}x slower than the recent median, at most once in "
+                        f"{COOLDOWN_STEPS} steps")  # fmt: skip
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser(
@@ -219,7 +222,8 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     if cfg.init_from is None:
         fits()  # at once; a pretrained model's shape is known once it is loaded
-    res = _run("train", train, cfg, progress=None, fits=fits, log_to=log_to)
+    follow = ThreadFollower() if args.threads is None else None  # --threads N: N throughout
+    res = _run("train", train, cfg, progress=None, fits=fits, log_to=log_to, threads=follow)
     if res is None:
         return 1
     resumed = f" ({res.start} to {res.iterations})" if res.start else ""  # this call's

@@ -16,6 +16,17 @@ that the compiler vectorizes, within 2.3e-7 of the true ``Phi``, at 0.1 ms. floa
 keeps SciPy's ``erf``, so the float64 gradient checks see the exact function;
 ``tests/nn/test_kernels.py`` holds the float32 kernel within 1e-5 of SciPy's.
 
+Four more kernels round differently from their NumPy passes, by design (issue 35): the
+causal softmax with its mask and scale (:func:`causal_softmax`,
+:func:`causal_softmax_backward`), the whole LayerNorm row (:func:`layernorm_forward`,
+:func:`layernorm_backward`) and the float64 sum of squares behind the gradient norms
+(:func:`sum_sq64`). They sum in a different order than NumPy's pairwise sums (the
+compiler may reassociate their reductions, so that they vectorize), and the float32
+softmax evaluates ``exp`` as a polynomial that vectorizes (Cephes' ``expf``, within 2 ulp),
+where numba's calls libm one element at a time. Each gives the same bytes on every run of
+one machine, and ``tests/nn/test_kernels.py`` holds it to its NumPy pass: within 1e-12
+relative in float64, 1e-5 in float32. The float64 gradient checks run through them.
+
 numba compiles each kernel on its first call (cached on disk, GIL released, so the
 trainer's shards run them on their threads). Without numba, or with ``ENABLED = False``,
 every function here returns None and the layers take their NumPy passes.
@@ -25,16 +36,22 @@ This is a low-level module: it imports nothing from resgrad.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 __all__ = [
     "ENABLED",
+    "causal_softmax",
+    "causal_softmax_backward",
+    "causal_softmax_runs",
     "gelu_dx",
     "gelu_erf",
     "gelu_out",
     "gelu_u",
-    "layernorm_dx",
-    "layernorm_out",
+    "layernorm_backward",
+    "layernorm_forward",
+    "sum_sq64",
 ]
 
 ENABLED = True  # False: the layers' readable NumPy passes, everywhere
@@ -68,27 +85,6 @@ def _gelu_dx(dout, x, t, dx, c3, c1, one, half):
         local = local + ti * half
         local = local + half  # + 0.5 (1 + t)
         dx[i] = local * dout[i]
-
-
-def _ln_out(xc, rstd, g, b, has_bias, out):
-    for r in range(xc.shape[0]):
-        rs = rstd[r]
-        for c in range(xc.shape[1]):
-            xh = xc[r, c] * rs  # xhat = xc rstd, kept in xc's buffer
-            xc[r, c] = xh
-            o = xh * g[c]
-            if has_bias:
-                o = o + b[c]
-            out[r, c] = o  # xhat g + b
-
-
-def _ln_dx(dxhat, xhat, m1, m2, rstd):
-    for r in range(dxhat.shape[0]):
-        a, m, rs = m1[r], m2[r], rstd[r]
-        for c in range(dxhat.shape[1]):
-            d = dxhat[r, c] - a
-            d = d - xhat[r, c] * m
-            dxhat[r, c] = d * rs  # rstd (dxhat - m1 - xhat m2), in dxhat's buffer
 
 
 # erf(u) on |u| <= 4 as u P(u^2) / Q(u^2), P of degree 6 and Q of degree 4 in u^2: the
@@ -128,8 +124,154 @@ def _gelu_erf32(x, cdf, out):
         out[i] = xi * c  # x Phi(x)
 
 
+# --------------------------------------------------- kernels that round their own way
+# Legend: N rows, C channels (a LayerNorm row), T queries, S keys (a causal score row).
+
+
+def _ln_forward(x, g, b, has_bias, eps, out, xhat, rstd):
+    # each row: mean and variance summed in float64, then xhat = (x - mean) rstd, out = xhat g + b
+    N, C = x.shape
+    for r in range(N):
+        mean = 0.0
+        for c in range(C):
+            mean += x[r, c]
+        mean /= C  # 1) mean(x)
+        var = 0.0
+        for c in range(C):
+            d = x[r, c] - mean
+            var += d * d
+        var /= C  # 2)-3) mean((x - mean)^2), the biased variance
+        rs = 1.0 / np.sqrt(var + eps)  # 4) rstd = (var + eps)^-1/2
+        rstd[r] = rs
+        for c in range(C):
+            xh = (x[r, c] - mean) * rs  # 5) xhat
+            xhat[r, c] = xh
+            out[r, c] = xh * g[c] + b[c] if has_bias else xh * g[c]  # 6)-7)
+
+
+def _ln_backward(dout, xhat, rstd, g, dx, dg, db):
+    # each row: dx = rstd (dxhat - mean(dxhat) - xhat mean(dxhat xhat)), dxhat = dout g;
+    # dg += dout xhat and db += dout, row after row into float64 (C,) sums
+    N, C = dout.shape
+    for r in range(N):
+        s1 = 0.0
+        s2 = 0.0
+        for c in range(C):
+            dh = dout[r, c] * g[c]  # dxhat
+            s1 += dh
+            s2 += dh * xhat[r, c]
+            dg[c] += dout[r, c] * xhat[r, c]
+            db[c] += dout[r, c]
+        m1, m2 = s1 / C, s2 / C  # mean(dxhat), mean(dxhat xhat)
+        rs = rstd[r]
+        for c in range(C):
+            dx[r, c] = rs * (dout[r, c] * g[c] - m1 - xhat[r, c] * m2)
+
+
+# exp(x) = 2^n exp(t), n = round(x / ln 2), t = x - n ln 2 in [-ln2/2, ln2/2] (ln 2 in two
+# parts, so that n ln 2 is exact), exp(t) = 1 + t + t^2 P(t): Cephes' expf; 2^n is built
+# from its exponent bits. Highest power first, as Horner's rule takes them.
+_EXP_P = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2,
+          1.6666665459e-1, 5.0000001201e-1)  # fmt: skip
+_E5, _E4, _E3, _E2, _E1, _E0 = (_F32(c) for c in _EXP_P)
+_LOG2E, _LN2_HI, _LN2_LO = _F32(1.4426950408889634), _F32(0.693359375), _F32(-2.12194440e-4)
+_EXP_LO = _F32(-87.33654)  # log(2^-126): below it exp(x) is taken as 0
+_BIAS = np.int32(127)  # float32's exponent bias
+
+
+def _causal_softmax32(s, i0, i1, scale):
+    # s (N, T, S) float32 raw scores q k^T; rows r = i0..i1-1 become softmax(scale s[r, :r+1])
+    # followed by zeros: the causal mask, the scale and the softmax in one pass
+    N, _, S = s.shape
+    bits = np.empty(S, np.int32)  # 2^n of each row's exps, as float32 bit patterns
+    two_n = bits.view(np.float32)  # (S,)
+    for b in range(N):
+        for r in range(i0, i1):
+            row = s[b, r]  # (S,) keys 0..r visible
+            m = row[0]
+            for j in range(1, r + 1):
+                m = max(m, row[j])  # the row's max: its exps are <= 1
+            for j in range(r + 1):
+                x = (row[j] - m) * scale  # <= 0
+                under = x < _EXP_LO  # exp(x) below float32's normal range: 0
+                x = _EXP_LO if under else x
+                n = np.floor(x * _LOG2E + _HALF)  # the nearest integer to x / ln 2, float32
+                t = x - n * _LN2_HI
+                t = t - n * _LN2_LO  # in [-ln2/2, ln2/2]
+                p = _E5 * t + _E4
+                p = p * t + _E3
+                p = p * t + _E2
+                p = p * t + _E1
+                p = p * t + _E0
+                row[j] = p * (t * t) + t + _ONE  # exp(t)
+                bits[j] = 0 if under else (np.int32(n) + _BIAS) << 23  # 2^n, or 0
+            total = _F32(0.0)
+            for j in range(r + 1):
+                e = row[j] * two_n[j]  # exp(x) = exp(t) 2^n
+                row[j] = e
+                total += e
+            inv = _ONE / total
+            for j in range(r + 1):
+                row[j] = row[j] * inv  # rows sum to 1
+            for j in range(r + 1, S):
+                row[j] = _F32(0.0)  # keys after the query: probability 0
+
+
+def _causal_softmax64(s, i0, i1, scale):
+    # as _causal_softmax32 with libm's exp: float64 for the gradient checks
+    N, _, S = s.shape
+    for b in range(N):
+        for r in range(i0, i1):
+            row = s[b, r]  # (S,)
+            m = row[0]
+            for j in range(1, r + 1):
+                m = max(m, row[j])
+            total = 0.0
+            for j in range(r + 1):
+                e = math.exp((row[j] - m) * scale)
+                row[j] = e
+                total += e
+            inv = 1.0 / total
+            for j in range(r + 1):
+                row[j] = row[j] * inv
+            for j in range(r + 1, S):
+                row[j] = 0.0
+
+
+def _causal_softmax_dx(datt, att, i0, scale):
+    # datt (N, Tb, S) dL/dp of queries i0..i0+Tb-1, att (N, T, S) their p; in datt's buffer:
+    # ds = scale p (datt - sum(datt p)) over keys 0..r, 0 after (p is 0 there)
+    N, Tb, S = datt.shape
+    for b in range(N):
+        for i in range(Tb):
+            r = i0 + i
+            d, p = datt[b, i], att[b, r]  # (S,), (S,)
+            dot = d[0] * p[0]
+            for j in range(1, r + 1):
+                dot += d[j] * p[j]
+            for j in range(r + 1):
+                d[j] = scale * p[j] * (d[j] - dot)
+            for j in range(r + 1, S):
+                d[j] = 0.0
+
+
+def _sum_sq64(x):
+    # sum(x^2), each element widened to float64
+    total = 0.0
+    for i in range(x.size):
+        v = np.float64(x[i])
+        total += v * v
+    return total
+
+
 _SOURCES = {"gelu_u": _gelu_u, "gelu_out": _gelu_out, "gelu_dx": _gelu_dx,
-            "ln_out": _ln_out, "ln_dx": _ln_dx, "gelu_erf32": _gelu_erf32}  # fmt: skip
+            "gelu_erf32": _gelu_erf32, "ln_forward": _ln_forward, "ln_backward": _ln_backward,
+            "causal_softmax32": _causal_softmax32, "causal_softmax64": _causal_softmax64,
+            "causal_softmax_dx": _causal_softmax_dx, "sum_sq64": _sum_sq64}  # fmt: skip
+# the kernels that may round their own way: the compiler may reassociate their sums (so
+# that the reductions vectorize) and contract a * b + c into one fused multiply-add
+_FAST = {"ln_forward", "ln_backward", "causal_softmax32", "causal_softmax64",
+         "causal_softmax_dx", "sum_sq64"}  # fmt: skip
 _COMPILED: dict = {}  # name -> the compiled kernel, or None without numba
 
 
@@ -149,9 +291,10 @@ def _kernel(name: str, *arrays: np.ndarray):
             _COMPILED[name] = None
         else:
             # error_model "numpy": a division by 0 gives inf, as NumPy does, and loops vectorize
-            _COMPILED[name] = numba.njit(cache=True, nogil=True, error_model="numpy")(
-                _SOURCES[name]
-            )
+            fast = {"reassoc", "contract", "nsz"} if name in _FAST else False
+            _COMPILED[name] = numba.njit(
+                cache=True, nogil=True, error_model="numpy", fastmath=fast
+            )(_SOURCES[name])
     return _COMPILED[name]
 
 
@@ -204,30 +347,72 @@ def gelu_erf(x: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     return out, cdf
 
 
-def layernorm_out(xc: np.ndarray, rstd: np.ndarray, g: np.ndarray,
-                  b: np.ndarray | None) -> np.ndarray | None:  # fmt: skip
-    """:func:`resgrad.nn.layers.layernorm_forward`'s steps 5-7 in one pass: ``xhat = xc
-    rstd`` written over xc (..., C), and the returned ``out = xhat g + b`` (..., C).
-    None (and xc untouched) when no kernel runs."""
+def layernorm_forward(x: np.ndarray, g: np.ndarray, b: np.ndarray | None, eps: float):
+    """:func:`resgrad.nn.layers.layernorm_forward`'s steps 1-7 in one pass over each row:
+    ``(out, xhat, rstd)``, (..., C), (..., C), (..., 1). None when no kernel runs."""
     C = g.shape[0]
-    fn = _kernel("ln_out", xc, rstd, g, g if b is None else b)
+    fn = _kernel("ln_forward", x, g, g if b is None else b)
     if fn is None:
         return None
-    out = np.empty_like(xc)  # (..., C)
-    fn(xc.reshape(-1, C), rstd.reshape(-1), g, g if b is None else b, b is not None,
-       out.reshape(-1, C))  # fmt: skip
-    return out
+    out, xhat = np.empty_like(x), np.empty_like(x)  # (..., C), (..., C)
+    rstd = np.empty(x.shape[:-1] + (1,), x.dtype)  # (..., 1)
+    fn(x.reshape(-1, C), g, g if b is None else b, b is not None, float(eps),
+       out.reshape(-1, C), xhat.reshape(-1, C), rstd.reshape(-1))  # fmt: skip
+    return out, xhat, rstd
 
 
-def layernorm_dx(dxhat: np.ndarray, xhat: np.ndarray, m1: np.ndarray, m2: np.ndarray,
-                 rstd: np.ndarray) -> np.ndarray | None:  # fmt: skip
-    """:func:`resgrad.nn.layers.layernorm_backward`'s last steps in one pass: ``dx = rstd
-    (dxhat - m1 - xhat m2)`` written over dxhat (..., C) and returned. None (dxhat
+def layernorm_backward(dout: np.ndarray, xhat: np.ndarray, rstd: np.ndarray, g: np.ndarray):
+    """:func:`resgrad.nn.layers.layernorm_backward` in one pass over each row: ``(dx, dg,
+    db)``, (..., C), (C,), (C,), dg and db summed in float64 and returned in g's dtype.
+    None when no kernel runs."""
+    C = g.shape[0]
+    fn = _kernel("ln_backward", dout, xhat, rstd, g)
+    if fn is None:
+        return None
+    dx = np.empty_like(dout)  # (..., C)
+    dg, db = np.zeros(C), np.zeros(C)  # (C,), (C,) float64 sums over the rows
+    fn(dout.reshape(-1, C), xhat.reshape(-1, C), rstd.reshape(-1), g, dx.reshape(-1, C), dg, db)
+    return dx, dg.astype(g.dtype), db.astype(g.dtype)
+
+
+def _softmax_name(att: np.ndarray) -> str:
+    return "causal_softmax32" if att.dtype == np.float32 else "causal_softmax64"
+
+
+def causal_softmax_runs(att: np.ndarray) -> bool:
+    """Whether :func:`causal_softmax` runs on an array like ``att`` (..., T, T)."""
+    return _kernel(_softmax_name(att), att) is not None
+
+
+def causal_softmax(att: np.ndarray, i0: int, i1: int, scale) -> bool:
+    """Queries ``i0..i1-1`` of raw scores ``q k^T`` (..., T, T), in place: each row r becomes
+    ``softmax(scale * att[r, :r+1])`` followed by zeros, the causal mask and the scale in
+    the same pass (:func:`resgrad.nn.layers.sdpa_forward`'s steps 3-4). False (att
     untouched) when no kernel runs."""
-    C = dxhat.shape[-1]
-    fn = _kernel("ln_dx", dxhat, xhat, m1, m2, rstd)
+    fn = _kernel(_softmax_name(att), att)
+    if fn is None:
+        return False
+    T = att.shape[-1]
+    fn(att.reshape(-1, T, T), i0, i1, att.dtype.type(scale))
+    return True
+
+
+def causal_softmax_backward(datt: np.ndarray, att: np.ndarray, i0: int, scale) -> bool:
+    """The backward of :func:`causal_softmax` for queries ``i0..i0+Tb-1``, in datt's buffer
+    (..., Tb, S): ``ds = scale * p * (datt - sum(datt * p))`` over the keys each query
+    sees, 0 after; ``att`` (..., T, T) holds p. False (datt untouched) when no kernel runs."""
+    fn = _kernel("causal_softmax_dx", datt, att)
+    if fn is None:
+        return False
+    T, (Tb, S) = att.shape[-1], datt.shape[-2:]
+    fn(datt.reshape(-1, Tb, S), att.reshape(-1, T, T), i0, datt.dtype.type(scale))
+    return True
+
+
+def sum_sq64(x: np.ndarray) -> float | None:
+    """``sum(x^2)`` with every element widened to float64, in one pass (...); None when no
+    kernel runs."""
+    fn = _kernel("sum_sq64", x)
     if fn is None:
         return None
-    fn(dxhat.reshape(-1, C), xhat.reshape(-1, C), m1.reshape(-1), m2.reshape(-1),
-       rstd.reshape(-1))  # fmt: skip
-    return dxhat
+    return float(fn(x.reshape(-1)))

@@ -345,18 +345,20 @@ def layernorm_forward(
     _require_last_dim("x", x, g.shape[0], "C, the size of the gain g")
     if b is not None:
         _require_shape("b", b, g.shape)
+    fused = kernels.layernorm_forward(x, g, b, eps)  # 1)-7) in one compiled pass over each row
+    if fused is not None:
+        out, xhat, rstd = fused  # (..., C), (..., C), (..., 1)
+        return out, LayerNormCache(xhat, rstd, g, b is not None)
     C = g.shape[0]
     mean = _sum_last(x) / C  # 1) (..., 1)
     xc = x - mean  # 2) (..., C)
     # einsum sums xc * xc without a (..., C) temporary
     var = np.einsum("...c,...c->...", xc, xc)[..., None] / C  # 3) (..., 1) biased variance
     rstd = x.dtype.type(1.0) / np.sqrt(var + x.dtype.type(eps))  # 4) (..., 1)
-    out = kernels.layernorm_out(xc, rstd, g, b)  # 5)-7) in one compiled pass, the same bytes
-    if out is None:  # NumPy's passes
-        np.multiply(xc, rstd, out=xc)  # 5) (..., C) xhat, in xc's buffer
-        out = xc * g  # 6) (..., C)
-        if b is not None:
-            out += b  # 7) (..., C)
+    np.multiply(xc, rstd, out=xc)  # 5) (..., C) xhat, in xc's buffer
+    out = xc * g  # 6) (..., C)
+    if b is not None:
+        out += b  # 7) (..., C)
     return out, LayerNormCache(xc, rstd, g, b is not None)  # xc holds xhat
 
 
@@ -369,6 +371,10 @@ def layernorm_backward(
     ``dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat))``.
     """
     xhat, rstd, g, has_bias = cache
+    fused = kernels.layernorm_backward(dout, xhat, rstd, g)  # one compiled pass over each row
+    if fused is not None:
+        dx, dg, db = fused  # (..., C), (C,), (C,)
+        return dx, dg, db if has_bias else None
     C = g.shape[0]
     dout2 = dout.reshape(-1, C)  # (N, C)
     # 7) out += b  ->  db = sum of dout over rows
@@ -381,12 +387,10 @@ def layernorm_backward(
     # 1) mean = mean(x)  ->  dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat))
     m1 = _sum_last(dxhat) / C  # (..., 1) mean(dxhat)
     m2 = np.einsum("...c,...c->...", dxhat, xhat)[..., None] / C  # (..., 1)
-    dx = kernels.layernorm_dx(dxhat, xhat, m1, m2, rstd)  # one compiled pass, the same bytes
-    if dx is None:  # NumPy's passes
-        dx = dxhat  # (..., C) built in dxhat's buffer
-        dx -= m1
-        dx -= np.multiply(xhat, m2, out=tmp)
-        dx *= rstd
+    dx = dxhat  # (..., C) built in dxhat's buffer
+    dx -= m1
+    dx -= np.multiply(xhat, m2, out=tmp)
+    dx *= rstd
     return dx, dg, db
 
 
@@ -540,11 +544,12 @@ def _query_blocks(T: int, block: int) -> list[tuple[int, int]]:
 
 
 class SdpaCache(NamedTuple):
-    qs: np.ndarray  # (B, H, T, D) q / sqrt(D), the query as it entered q k^T
+    qs: np.ndarray  # (B, H, T, D) the query as it entered q k^T: q / sqrt(D), or q itself
     k: np.ndarray  # (B, H, T, D)
     v: np.ndarray  # (B, H, T, D)
     att: np.ndarray  # (B, H, T, T) softmax probabilities, before dropout (0 above the diagonal)
     drop: DropoutCache  # dropout on att
+    scale_in_softmax: bool  # the compiled softmax scaled the scores: qs is q, unscaled
 
 
 def sdpa_forward(
@@ -556,6 +561,7 @@ def sdpa_forward(
     train: bool = False,
     rng: np.random.Generator | None = None,
     block: int = ATTN_BLOCK,
+    out: np.ndarray | None = None,
 ) -> tuple[np.ndarray, SdpaCache]:
     """Causal scaled dot-product attention, batched over every leading axis.
 
@@ -568,6 +574,10 @@ def sdpa_forward(
     128 that skips a quarter of the square (medium training step ~4% faster); with
     ``block >= T`` it is the one-shot computation.
 
+    Where a compiled kernel runs (:func:`resgrad.nn.kernels.causal_softmax`), steps 1, 3
+    and 4 are one pass over each block's scores: the scale, the mask and the softmax
+    (float32: 1.5-2x NumPy's passes); ``kernels.ENABLED = False`` takes the steps below.
+
     Parameters
     ----------
     q, k, v : ndarray, shape (B, H, T, D)
@@ -575,6 +585,9 @@ def sdpa_forward(
         Dropout on the attention probabilities, as :func:`dropout_forward`.
     block : int >= 1
         Queries per block; the result does not depend on it, up to rounding.
+    out : ndarray, shape (B, H, T, D), optional
+        Receives y (a view of another array may be given: attention writes its heads
+        side by side this way, with no copy).
 
     Returns
     -------
@@ -590,12 +603,16 @@ def sdpa_forward(
     scale = q.dtype.type(1.0 / math.sqrt(D))
     blocks = _query_blocks(T, block)
     mask = causal_mask(T, q.dtype.name)  # (T,T) 0 on and below the diagonal, -inf above
-    # the scale goes on q, (B,H,T,D), not on the (B,H,T,T) scores: T/D times fewer multiplies
-    qs = q * scale  # 1) (B,H,T,D) q / sqrt(D)
     att = np.empty(q.shape[:-1] + (T,), dtype=q.dtype)  # (B,H,T,T) filled block by block
+    fused = kernels.causal_softmax_runs(att)  # the scale goes in the compiled softmax
+    # the scale goes on q, (B,H,T,D), not on the (B,H,T,T) scores: T/D times fewer multiplies
+    qs = q if fused else q * scale  # 1) (B,H,T,D) q / sqrt(D)
     for i0, i1 in blocks:  # queries i0..i1-1, keys 0..i1-1 (S = i1 of them)
         s = att[..., i0:i1, :i1]  # (B,H,Tb,S) a view: scores, then probabilities, in place
         np.matmul(qs[..., i0:i1, :], k[..., :i1, :].swapaxes(-1, -2), out=s)  # 2) qs @ k^T
+        if fused:  # 1), 3), 4) and the zeros below in one compiled pass over the rows
+            kernels.causal_softmax(att, i0, i1, scale)
+            continue
         s += mask[i0:i1, :i1]  # 3) (B,H,Tb,S) + (Tb,S): -inf above the diagonal
         softmax(s, axis=-1, out=s)  # 4) (B,H,Tb,S) rows sum to 1
         att[..., i0:i1, i1:] = 0  # keys after the block's last query: probability 0
@@ -603,52 +620,65 @@ def sdpa_forward(
         att_d, drop = dropout_forward(att, dropout, train=True, rng=rng)  # 5) (B,H,T,T)
     else:
         att_d, drop = att, DropoutCache(None)  # 5) no dropout: att itself, no copy
-    y = np.empty(q.shape, dtype=q.dtype)  # (B,H,T,D)
+    y = np.empty(q.shape, dtype=q.dtype) if out is None else out  # (B,H,T,D)
     for i0, i1 in blocks:  # 6) y = att_d @ v: (B,H,Tb,S) @ (B,H,S,D) -> (B,H,Tb,D)
         np.matmul(att_d[..., i0:i1, :i1], v[..., :i1, :], out=y[..., i0:i1, :])
-    return y, SdpaCache(qs, k, v, att, drop)
+    return y, SdpaCache(qs, k, v, att, drop, fused)
 
 
 def sdpa_backward(
-    dy: np.ndarray, cache: SdpaCache, *, block: int = ATTN_BLOCK
+    dy: np.ndarray,
+    cache: SdpaCache,
+    *,
+    block: int = ATTN_BLOCK,
+    out: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Backward of :func:`sdpa_forward`: returns ``(dq, dk, dv)``.
 
     Walks the queries in blocks too, skipping the keys after each block's last query.
     The cached ``att`` is the whole (T, T) square, exactly 0 where it was skipped, so
     any ``block`` gives the same gradients (up to rounding), whatever the forward's.
+    ``out``, three (B, H, T, D) arrays or views, receives dq, dk and dv (attention
+    writes them into its fused [q | k | v] gradient this way, with no copy).
     """
     _check_block(block)
-    qs, k, v, att, drop = cache
+    qs, k, v, att, drop, scale_in_softmax = cache
     T = qs.shape[-2]
     scale = qs.dtype.type(1.0 / math.sqrt(qs.shape[-1]))
-    dqs = np.empty(qs.shape, dtype=qs.dtype)  # (B,H,T,D) each block writes its queries' rows
+    dqs, dk, dv = (np.empty(qs.shape, dtype=qs.dtype) for _ in range(3)) if out is None else out
     for i0, i1 in reversed(_query_blocks(T, block)):  # queries i0..i1-1, keys 0..i1-1
         p = att[..., i0:i1, :i1]  # (B,H,Tb,S) this block's probabilities
         m = None if drop.mask is None else drop.mask[..., i0:i1, :i1]  # (B,H,Tb,S)
         p_d = p if m is None else p * m  # (B,H,Tb,S) after dropout, recomputed, not stored
         dyb = dy[..., i0:i1, :]  # (B,H,Tb,D)
+        first = i1 == T  # the last block, walked first, sees every key: its shares start dk, dv
         # 6) y = att_d @ v  ->  datt_d = dy @ v^T, dv = att_d^T @ dy
         datt = dyb @ v[..., :i1, :].swapaxes(-1, -2)  # (B,H,Tb,D) @ (B,H,D,S) -> (B,H,Tb,S)
-        dv_b = p_d.swapaxes(-1, -2) @ dyb  # (B,H,S,Tb) @ (B,H,Tb,D) -> (B,H,S,D)
+        if first:
+            np.matmul(p_d.swapaxes(-1, -2), dyb, out=dv)  # (B,H,S,Tb) @ (B,H,Tb,D) -> (B,H,S,D)
+        else:  # an earlier block adds its share to the keys 0..i1-1 it sees
+            dv[..., :i1, :] += p_d.swapaxes(-1, -2) @ dyb  # (B,H,S,D)
         # 5) att_d = att * mask  ->  datt = datt_d * mask
         if m is not None:
             datt *= m  # (B,H,Tb,S)
         # 4) att = softmax(s)  ->  ds = att * (datt - sum(datt * att, over keys)), in datt's
-        # buffer; einsum sums the products without a (B,H,Tb,S) temporary
-        datt -= np.einsum("...k,...k->...", datt, p)[..., None]  # (B,H,Tb,S) - (B,H,Tb,1)
-        ds = np.multiply(datt, p, out=datt)  # (B,H,Tb,S)
+        # buffer; where the compiled softmax scaled s, its backward scales ds in the same pass
+        if not kernels.causal_softmax_backward(datt, att, i0, scale if scale_in_softmax else 1):
+            # einsum sums the products without a (B,H,Tb,S) temporary
+            datt -= np.einsum("...k,...k->...", datt, p)[..., None]  # (B,H,Tb,S) - (B,H,Tb,1)
+            np.multiply(datt, p, out=datt)  # (B,H,Tb,S)
+            if scale_in_softmax:  # the forward's kernel scaled the scores: d/d(q k^T)
+                datt *= scale
+        ds = datt  # (B,H,Tb,S)
         # 3) s += mask  ->  constant: ds passes through (it is already 0 where att is 0)
         # 2) s = qs @ k^T  ->  dqs = ds @ k, dk = ds^T @ qs
         np.matmul(ds, k[..., :i1, :], out=dqs[..., i0:i1, :])  # (B,H,Tb,S) @ (B,H,S,D)
-        dk_b = ds.swapaxes(-1, -2) @ qs[..., i0:i1, :]  # (B,H,S,Tb) @ (B,H,Tb,D) -> (B,H,S,D)
-        if i1 == T:  # the last block, walked first, sees every key: its shares start dk, dv
-            dk, dv = dk_b, dv_b
-        else:  # an earlier block adds its share to the keys 0..i1-1 it sees
-            dk[..., :i1, :] += dk_b
-            dv[..., :i1, :] += dv_b
-    # 1) qs = q * scale  ->  dq = dqs * scale
-    dq = np.multiply(dqs, scale, out=dqs)  # (B,H,T,D)
+        if first:  # (B,H,S,Tb) @ (B,H,Tb,D) -> (B,H,S,D)
+            np.matmul(ds.swapaxes(-1, -2), qs[..., i0:i1, :], out=dk)
+        else:
+            dk[..., :i1, :] += ds.swapaxes(-1, -2) @ qs[..., i0:i1, :]  # (B,H,S,D)
+    # 1) qs = q * scale  ->  dq = dqs * scale (the compiled softmax's ds holds it already)
+    dq = dqs if scale_in_softmax else np.multiply(dqs, scale, out=dqs)  # (B,H,T,D)
     return dq, dk, dv
 
 
@@ -706,11 +736,11 @@ def attention_forward(
     _require_shape("w_proj", w_proj, (C, C))
     H, D = n_head, C // n_head
     qkv, c_qkv = linear_forward(x, w_qkv, b_qkv)  # 1) (B,T,C) @ (C,3C) -> (B,T,3C)
-    qkv = qkv.reshape(B, T, 3, H, D).transpose(2, 0, 3, 1, 4)  # 2) (3,B,H,T,D)
-    y, c_sdpa = sdpa_forward(
-        qkv[0], qkv[1], qkv[2], dropout=dropout, train=train, rng=rng
-    )  # 3) (B,H,T,D)
-    y = y.transpose(0, 2, 1, 3).reshape(B, T, C)  # 4) (B,T,H,D) -> (B,T,C) heads side by side
+    qkv = qkv.reshape(B, T, 3, H, D).transpose(2, 0, 3, 1, 4)  # 2) (3,B,H,T,D) views, no copy
+    y = np.empty((B, T, H, D), dtype=x.dtype)  # (B,T,H,D) heads side by side, filled by 3)
+    _, c_sdpa = sdpa_forward(qkv[0], qkv[1], qkv[2], dropout=dropout, train=train, rng=rng,
+                             out=y.transpose(0, 2, 1, 3))  # 3) (B,H,T,D), a view of y  # fmt: skip
+    y = y.reshape(B, T, C)  # 4) (B,T,H,D) -> (B,T,C) a view: merging the heads copies nothing
     out, c_proj = linear_forward(y, w_proj, b_proj)  # 5) (B,T,C) @ (C,C) -> (B,T,C)
     if dropout > 0.0 and train:
         out, c_drop = dropout_forward(out, dropout, train=True, rng=rng)  # 6) (B,T,C)
@@ -736,13 +766,10 @@ def attention_backward(
     dy, dw_proj, db_proj = linear_backward(dout, c_proj)  # (B,T,C), (C,C), (C,)
     # 4) y = heads side by side  ->  split the columns back into heads
     dy = dy.reshape(B, T, H, D).transpose(0, 2, 1, 3)  # (B,H,T,D)
-    # 3) y = sdpa(q, k, v)
-    dq, dk, dv = sdpa_backward(dy, c_sdpa)  # 3 x (B,H,T,D)
-    # 2) (q, k, v) = split of qkv  ->  write the three gradients back in [q | k | v] order,
-    # each copied once into place (np.stack + transpose + reshape copied twice)
+    # 3) y = sdpa(q, k, v)  and  2) (q, k, v) = split of qkv  ->  the three gradients are
+    # written straight into their [q | k | v] columns of dqkv: the split's backward, no copy
     dqkv = np.empty((B, T, 3, H, D), dtype=dout.dtype)  # (B,T,3,H,D) the columns of qkv
-    for j, d in enumerate((dq, dk, dv)):
-        dqkv[:, :, j] = d.transpose(0, 2, 1, 3)  # (B,H,T,D) -> (B,T,H,D)
+    sdpa_backward(dy, c_sdpa, out=tuple(dqkv[:, :, j].transpose(0, 2, 1, 3) for j in range(3)))
     dqkv = dqkv.reshape(B, T, 3 * C)  # (B,T,3C), a view
     # 1) qkv = x @ w_qkv + b_qkv
     dx, dw_qkv, db_qkv = linear_backward(dqkv, c_qkv)  # (B,T,C), (C,3C), (3C,)

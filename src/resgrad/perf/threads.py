@@ -19,9 +19,21 @@ for an instant is not counted; this process's own reading thread is taken off.
 Off Linux there is no such count, and none is taken for busy: BLAS gets one thread
 per usable core, as it would by itself.
 
+Following the load: a long ``resgrad train`` outlives the load it read as it started. A
+process that starts later makes every product wait as above, and one that ends leaves a
+core unused. So, without ``--threads``, the trainer reads the load again as it goes
+(:class:`ThreadFollower`): every :data:`RECHECK_STEPS` steps, and at once after a step
+slower than :data:`SLOW_STEP` times the median of the recent ones (a new load is the
+usual cause), but no sooner than :data:`COOLDOWN_STEPS` steps after the last reading,
+since a load that stays slows every step. Mid-run this process's own threads are among
+the running tasks (OpenBLAS's spin after each product), so they are taken off the count:
+its threads in state R (``/proc/self/task/*/stat``, :func:`reread_threads`). On an
+idle machine the count never changes. With ``--threads N``, N for the whole run.
+
 The policy is pure arithmetic on readings (:func:`busy_others`,
-:func:`default_threads`), kept apart from the reading (:func:`read_procs_running`,
-:func:`usable_cores`), so the tests drive it without a loaded machine.
+:func:`default_threads`, :class:`ThreadFollower`), kept apart from the reading
+(:func:`read_procs_running`, :func:`read_own_running`, :func:`usable_cores`), so the
+tests drive it without a loaded machine.
 """
 
 from __future__ import annotations
@@ -29,15 +41,22 @@ from __future__ import annotations
 import os
 import statistics
 import time
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Callable, Sequence
 
 __all__ = [
     "PROC_STAT",
+    "ThreadFollower",
+    "blas_threads",
     "busy_others",
     "default_threads",
     "load_aware_threads",
     "parse_procs_running",
+    "parse_task_state",
+    "read_own_running",
     "read_procs_running",
+    "reread_threads",
+    "sample_others_running",
     "sample_procs_running",
     "usable_cores",
 ]
@@ -45,6 +64,13 @@ __all__ = [
 PROC_STAT = "/proc/stat"  # Linux: the kernel's counters, procs_running among them
 READS = 5  # readings of procs_running per decision: a median over them
 READ_GAP_S = 0.001  # between readings: 5 of them take ~5 ms of a command's start
+SELF_TASKS = "/proc/self/task"  # Linux: a directory per thread of this process
+# following the load in a long train (ThreadFollower)
+RECHECK_STEPS = 200  # read the load again every this many steps
+SLOW_STEP = 1.5  # ... and at once after a step this much slower than the recent median
+COOLDOWN_STEPS = 20  # ... but not sooner than this many steps after the last reading
+STEP_WINDOW = 21  # the recent steps whose median is a normal step
+MIN_STEPS = 5  # steps timed before one can be slow: the first ones warm up
 
 
 def usable_cores() -> int:
@@ -123,3 +149,136 @@ def load_aware_threads() -> int:
     usable = usable_cores()
     online = os.cpu_count() or usable
     return default_threads(usable, busy_others(sample_procs_running(), usable, online))
+
+
+# --------------------------------------------------------------------------- following the load
+
+
+def parse_task_state(text: str) -> str | None:
+    """The state letter (R running, S sleeping, ...) in the text of a ``/proc/.../stat``;
+    None if it has none. The command's name, in parentheses, may hold spaces and ')'."""
+    _, paren, rest = text.rpartition(")")
+    fields = rest.split()
+    return fields[0] if paren and fields else None
+
+
+def read_own_running(task_dir: str = SELF_TASKS) -> int | None:
+    """This process's threads running or ready to run now, the reader among them (the
+    ``R`` states under ``task_dir``); None where the directory cannot be read (not Linux)."""
+    try:
+        tasks = os.listdir(task_dir)
+    except OSError:
+        return None
+    n = 0
+    for tid in tasks:
+        try:
+            with open(os.path.join(task_dir, tid, "stat"), encoding="ascii", errors="replace") as f:
+                if parse_task_state(f.read()) == "R":
+                    n += 1
+        except OSError:  # the thread ended between the listing and the reading
+            continue
+    return max(1, n)  # the reader runs
+
+
+def sample_others_running(
+    reads: int = READS, gap_s: float = READ_GAP_S, path: str = PROC_STAT,
+    task_dir: str = SELF_TASKS,
+) -> list[int]:  # fmt: skip
+    """As :func:`sample_procs_running`, with this process's running threads but the reader
+    taken off each reading: what :func:`busy_others` expects of a process that has threads
+    of its own at work (BLAS's spinning ones). [] off Linux."""
+    out = []
+    for k in range(reads):
+        if k:
+            time.sleep(gap_s)
+        own = read_own_running(task_dir)  # before: the spinning threads only go to sleep
+        n = read_procs_running(path)
+        if n is None:
+            return []
+        out.append(max(1, n - (own or 1) + 1))  # no task directory: as procs_running alone
+    return out
+
+
+def reread_threads() -> int:
+    """:func:`default_threads` for this process and this machine now, mid-run: the other
+    tasks are counted without this process's own (module docstring)."""
+    usable = usable_cores()
+    online = os.cpu_count() or usable
+    return default_threads(usable, busy_others(sample_others_running(), usable, online))
+
+
+def blas_threads() -> int:
+    """The loaded BLAS's thread count now (threadpoolctl); the usable cores if none is found."""
+    from threadpoolctl import threadpool_info
+
+    counts = [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]
+    return max(counts) if counts else usable_cores()
+
+
+def _count(name: str, value, lo: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < lo:
+        raise ValueError(f"{name} must be an integer >= {lo}, got {value!r}")
+    return value
+
+
+class ThreadFollower:
+    """When a long run reads the load again, and the BLAS threads it then runs on.
+
+    The trainer calls it once per step with the step's wall time; it returns the thread
+    count for the next steps. It reads (``read()``) every ``every`` steps, and after a
+    step slower than ``slow`` times the median of the last ``window`` steps (once
+    ``min_steps`` are timed) when ``cooldown`` steps or more have passed since the last
+    reading. The median starts afresh when the count changes: steps on another count
+    are another normal.
+
+    Parameters
+    ----------
+    start : int, optional
+        The count in force (default: the BLAS's now, :func:`blas_threads`).
+    read : callable
+        The count the load leaves now (default: :func:`reread_threads`); the tests
+        pass their own.
+    every, slow, cooldown, window, min_steps
+        Default :data:`RECHECK_STEPS`, :data:`SLOW_STEP`, :data:`COOLDOWN_STEPS`,
+        :data:`STEP_WINDOW`, :data:`MIN_STEPS`.
+    """
+
+    def __init__(
+        self,
+        start: int | None = None,
+        read: Callable[[], int] = reread_threads,
+        *,
+        every: int = RECHECK_STEPS,
+        slow: float = SLOW_STEP,
+        cooldown: int = COOLDOWN_STEPS,
+        window: int = STEP_WINDOW,
+        min_steps: int = MIN_STEPS,
+    ):
+        self.threads = blas_threads() if start is None else _count("start", start, 1)
+        self.read = read
+        self.every = _count("every", every, 1)
+        if not isinstance(slow, int | float) or not slow > 1:
+            raise ValueError(f"slow must be a number > 1, got {slow!r}")
+        self.slow = float(slow)
+        self.cooldown = _count("cooldown", cooldown, 0)
+        self.min_steps = _count("min_steps", min_steps, 1)
+        if _count("window", window, 1) < min_steps:
+            raise ValueError(f"window must be at least min_steps ({min_steps}), got {window!r}")
+        self.recent: deque[float] = deque(maxlen=window)  # seconds of the last steps
+        self.since = 0  # steps since the last reading (or the start)
+        self.reads = 0  # readings taken
+
+    def __call__(self, seconds: float) -> int:
+        """The thread count for the next step, after a step of ``seconds``."""
+        self.since += 1
+        known = len(self.recent) >= self.min_steps
+        slow = known and seconds > self.slow * statistics.median(self.recent)
+        self.recent.append(seconds)
+        if self.since >= self.every or (slow and self.since >= self.cooldown):
+            self.since = 0
+            self.reads += 1
+            n = _count("read()", self.read(), 1)
+            if n != self.threads:
+                self.threads = n
+                self.recent.clear()  # a new count: a new normal step
+        return self.threads

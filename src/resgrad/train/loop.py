@@ -50,6 +50,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+from threadpoolctl import ThreadpoolController
 
 from resgrad.formats.atomic import atomic_write_bytes, atomic_write_text
 from resgrad.formats.checkpoint import (
@@ -399,6 +400,51 @@ def _open_trackers(log_to: LogConfig, cfg: TrainConfig, n_layer: int, start: int
     return trackers
 
 
+class _BlasThreads:
+    """The BLAS (and OpenMP) thread count during a run: set when it changes, and the count
+    found at the start restored when the run ends, so no limit outlives the call.
+
+    Limits are set from the thread that runs the loop: threadpoolctl lets one thread at
+    a time set OpenBLAS's (process-wide) count.
+    """
+
+    def __init__(self):
+        info = ThreadpoolController().info()
+        blas = [i["num_threads"] for i in info if i["user_api"] == "blas"]
+        self.count = max(blas) if blas else None  # None: no BLAS found, nothing to set
+        self._limiter = None
+
+    def set(self, n: int) -> bool:
+        """Run on ``n`` threads from now on; whether that changed the count."""
+        if n == self.count:
+            return False
+        self.close()  # back to the start's count, then the new limit over it
+        # a fresh controller: it also finds a BLAS loaded since (SciPy's, on first use)
+        self._limiter = ThreadpoolController().limit(limits=n).__enter__()
+        self.count = n
+        return True
+
+    def close(self) -> None:
+        if self._limiter is not None:
+            self._limiter.__exit__(None, None, None)
+            self._limiter = None
+
+
+def _check_threads(threads) -> None:
+    if threads is None or callable(threads):
+        return
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise ValueError(f"threads must be None, an integer >= 1 or a callable, got {threads!r}")
+
+
+def _count_from(follow: Callable[[float], int], seconds: float) -> int:
+    """The thread count ``follow`` gives after a step of ``seconds``, checked."""
+    n = follow(seconds)
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"threads({seconds:.3g}) returned {n!r}; expected an integer >= 1")
+    return n
+
+
 def _sync(dyn: DynamicsWriter, trackers: list[Tracker]) -> None:
     """fsync the dynamics records and the dashboards' files: called before each checkpoint."""
     dyn.sync()
@@ -414,6 +460,7 @@ def train(
     log: Callable[[str], None] | None = None,
     fits: Callable[[GPTConfig], None] | None = None,
     log_to: LogConfig | None = None,
+    threads: int | Callable[[float], int] | None = None,
 ) -> TrainResult:
     """Train (or resume) a GPT as ``cfg`` says; see the module docstring for the files written.
 
@@ -432,6 +479,15 @@ def train(
     log_to : LogConfig, optional
         Dashboards that receive every step's values, the evaluations and histograms as
         training goes (:mod:`resgrad.train.trackers`): TensorBoard, wandb, trackio.
+    threads : int or callable, optional
+        BLAS threads (the step's threads, :class:`resgrad.train.shards.Shards`). None:
+        the count the caller set, for the whole run. An int: that many for the whole
+        run. A callable (:class:`resgrad.perf.threads.ThreadFollower`, ``resgrad train``
+        without ``--threads``): called after every step with its wall time in seconds,
+        it returns the count for the next steps, applied when it changes. Shards add up
+        in a fixed order, so the count changes no result (with the OpenBLAS tested:
+        tests/train/test_follow_threads.py); the count in force at the start is
+        restored at the end. Nothing of it is recorded.
 
     Returns
     -------
@@ -451,9 +507,10 @@ def train(
     A fresh run stopped before its first checkpoint (refused at evaluation 0) takes
     away every file it wrote: a refused run leaves nothing behind.
     """
+    _check_threads(threads)
     wrote: list[str] = []  # the files this call writes, as it opens them
     try:
-        return _train(cfg, progress, log, fits, log_to or LogConfig(), wrote)
+        return _train(cfg, progress, log, fits, log_to or LogConfig(), wrote, threads)
     except BaseException:
         # a fresh run stopped before its first checkpoint (at evaluation 0, e.g. token ids
         # the model has no row for): nothing of it can be resumed or read, so nothing stays
@@ -474,6 +531,7 @@ def _train(
     fits: Callable[[GPTConfig], None] | None,
     log_to: LogConfig,
     wrote: list[str],
+    threads: int | Callable[[float], int] | None = None,
 ) -> TrainResult:
     """:func:`train`'s body; every file it writes is in ``wrote`` before it is opened."""
     from tqdm.auto import tqdm
@@ -523,7 +581,11 @@ def _train(
     metrics = open(metrics_path, "a", encoding="utf-8")  # closed in the finally below
     dyn = DynamicsWriter(out_dir, L, start, log=say, config=dataclasses.asdict(cfg))  # closed below
     monitor = DynamicsMonitor(say)
-    shards = Shards(cfg.shards)  # its threads stop in the finally below
+    blas = _BlasThreads()  # restored in the finally below
+    if isinstance(threads, int):
+        blas.set(threads)
+    follow = threads if callable(threads) else None
+    shards = Shards(cfg.shards)  # its threads stop in the finally below; reads blas's count
     last_eval: dict | None = None
     last_norm: float | None = None
     step_seconds, n_steps = 0.0, 0
@@ -598,6 +660,9 @@ def _train(
             dt = time.perf_counter() - t0
             step_seconds += dt
             n_steps += 1
+            if follow is not None and blas.set(_count_from(follow, dt)):  # the load moved
+                shards.close()
+                shards = Shards(cfg.shards)  # min(shards, count) threads: the same sums
             rec = {
                 "kind": "iter", "iter": it, "loss": loss, "lr": lr, "grad_norm": last_norm,
                 "layer_grad_norms": layer_grad_norms(step.norms, L),  # (L,) float64
@@ -623,6 +688,7 @@ def _train(
         for t in trackers:
             t.close()
         shards.close()
+        blas.close()
         bar.close()
     if last_eval is None:  # resumed a run that was already complete
         last_eval = next(r for r in reversed(records) if r["kind"] == "eval")

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from resgrad.nn import kernels
+
 __all__ = [
     "AdamW",
     "AdamWConfig",
@@ -330,7 +332,9 @@ def grad_norms(
     Each gradient is widened ``CHUNK`` elements at a time into a float64 buffer, not
     whole: no float64 copy of the largest gradient (309 MB for GPT-2's wte), and the
     widened piece is summed while in cache (ms per call, whole copies -> pieces: GPT-2 124M
-    162 -> 92, medium 9.1 -> 8.5, cpu-recipe 0.55 -> 0.63). With a thread ``pool``, the
+    162 -> 92, medium 9.1 -> 8.5, cpu-recipe 0.55 -> 0.63); a compiled pass
+    (:func:`resgrad.nn.kernels.sum_sq64`) widens each element as it reads it, where it
+    runs. With a thread ``pool``, the
     gradients are shared among ``parts`` threads, each norm whole on one (:func:`share`):
     the same norms, bit for bit.
     """
@@ -344,6 +348,9 @@ def grad_norms(
         if buf is None:
             buf = bufs[threading.get_ident()] = np.empty(n, np.float64)
         flat, total = grads[k].reshape(-1), 0.0  # (n,)
+        fused = kernels.sum_sq64(flat)  # one compiled pass, each element widened as it is read
+        if fused is not None:
+            return math.sqrt(fused)
         for i in range(0, flat.size, CHUNK):
             piece = buf[: min(CHUNK, flat.size - i)]
             np.copyto(piece, flat[i : i + CHUNK])  # float32 -> float64, exactly
