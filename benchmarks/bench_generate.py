@@ -2,6 +2,7 @@
 
     python benchmarks/bench_generate.py                      # GPT-2 124M, 16 + 100 tokens
     python benchmarks/bench_generate.py --repeat 5
+    python benchmarks/bench_generate.py --reference          # the readable path beside it
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/bench_generate.py
     python benchmarks/bench_generate.py --config cpu-recipe --new-tokens 8   # a quick check
 
@@ -10,12 +11,17 @@ chosen greedily, float32, from a model with random (seeded) GPT-2-style weights:
 
 - resgrad: :func:`resgrad.train.sample.generate` with ``top_k=1`` (the argmax: greedy),
   which fills its :class:`~resgrad.train.sample.KVCache` from the prompt in one pass, then
-  runs :func:`~resgrad.train.sample.forward_step` on one new token at a time;
+  runs :func:`~resgrad.train.sample.forward_step` on one new token at a time: the fused
+  one-token step, :func:`~resgrad.train.sample.decode_step` (compiled attention over the
+  cache, buffers reused, BLAS products);
+- with ``--reference``, "resgrad (reference)": the same call with
+  ``resgrad.nn.kernels.ENABLED = False``, the readable NumPy path of every layer, timed in
+  the same rounds;
 - transformers: ``GPT2LMHeadModel.generate(do_sample=False, use_cache=True)`` on the
   same weights, written by resgrad's exporter (:func:`resgrad.formats.hf.export_hf`) to a
   temporary directory and read with ``from_pretrained``.
 
-The two must produce the same token ids (checked; the script exits 1 if they differ).
+Every side must produce the same token ids (checked; the script exits 1 if they differ).
 tokens/s = new tokens / wall time of one whole call (the prompt's pass included), the
 median of ``--repeat`` calls per side, the sides alternating call by call after one
 untimed call each, each call after a pause that lets the other's threads go quiet.
@@ -44,6 +50,7 @@ import time
 import numpy as np
 
 from resgrad.formats.hf import export_hf
+from resgrad.nn import kernels
 from resgrad.nn.model import GPT
 from resgrad.perf.bench import (
     BANDWIDTH_MIB,
@@ -56,9 +63,15 @@ from resgrad.perf.heap import keep_freed_memory
 from resgrad.train.sample import generate
 
 
-def resgrad_generate(model: GPT, prompt: np.ndarray, new: int) -> np.ndarray:
-    """Greedy continuation of ``prompt`` (T0,) by ``new`` tokens: (new,) int64."""
-    out = generate(model, prompt[None, :], new, np.random.default_rng(0), top_k=1)  # (1, T0+new)
+def resgrad_generate(model: GPT, prompt: np.ndarray, new: int, fused: bool = True) -> np.ndarray:
+    """Greedy continuation of ``prompt`` (T0,) by ``new`` tokens: (new,) int64; ``fused``
+    False runs the readable path (``resgrad.nn.kernels.ENABLED = False``)."""
+    was, kernels.ENABLED = kernels.ENABLED, fused
+    try:
+        rng = np.random.default_rng(0)
+        out = generate(model, prompt[None, :], new, rng, top_k=1)  # (1, T0 + new)
+    finally:
+        kernels.ENABLED = was
     return out[0, len(prompt) :]
 
 
@@ -121,6 +134,10 @@ def main() -> None:
     p.add_argument("--new-tokens", type=int, default=100, help="generated tokens (default 100)")
     p.add_argument("--repeat", type=int, default=3, help="timed calls per side (default 3)")
     p.add_argument("--seed", type=int, default=0, help="seeds the weights and the prompt")
+    p.add_argument(
+        "--reference", action="store_true",
+        help="also time resgrad's readable path (resgrad.nn.kernels.ENABLED = False) beside it",
+    )  # fmt: skip
     p.add_argument("--bandwidth-mib", type=int, default=BANDWIDTH_MIB, help=argparse.SUPPRESS)
     args = p.parse_args()
     bench = BENCH_CONFIGS[args.config]
@@ -143,7 +160,12 @@ def main() -> None:
         f"{model.num_params():,} params, float32; greedy, batch 1, prompt {args.prompt}, "
         f"{args.new_tokens} new tokens"
     )
+    print("resgrad: forward_step's one-token decode step (resgrad.nn.decode_kernels)")
     sides = {"resgrad": lambda: resgrad_generate(model, prompt, args.new_tokens)}
+    if args.reference:
+        sides["resgrad (reference)"] = lambda: resgrad_generate(
+            model, prompt, args.new_tokens, fused=False
+        )
     hf = hf_generator(model, threads)
     if hf is None:
         print("transformers or torch not installed: resgrad alone")
@@ -166,7 +188,7 @@ def main() -> None:
     for name, t in times.items():
         ms = [1e3 * x / args.new_tokens for x in t]
         print(
-            f"  {name:12} {rate[name]:7.1f} tokens/s  ({statistics.median(ms):.2f} ms/token, "
+            f"  {name:19} {rate[name]:7.1f} tokens/s  ({statistics.median(ms):.2f} ms/token, "
             f"calls {min(ms):.2f}-{max(ms):.2f})"
         )
     w, kv = bytes_per_token(model, args.prompt, args.new_tokens)
@@ -182,15 +204,19 @@ def main() -> None:
     )
     shares = ", ".join(f"{name} {rate[name] / ceiling:.0%}" for name in sides)
     print(f"  share of the limit: {shares}")
-    if "transformers" in sides:
-        print(f"  tokens/s resgrad / transformers: {rate['resgrad'] / rate['transformers']:.2f}x")
-        diff = np.flatnonzero(tokens["resgrad"] != tokens["transformers"])
-        if diff.size:
-            print(
-                f"  token ids DIFFER from new token {diff[0]} on ({diff.size} of {args.new_tokens})"
-            )
-            raise SystemExit(1)
-        print(f"  token ids identical ({args.new_tokens} of {args.new_tokens})")
+    for name in sides:
+        if name != "resgrad":
+            print(f"  tokens/s resgrad / {name}: {rate['resgrad'] / rate[name]:.2f}x")
+    if len(sides) > 1:
+        for name in sides:
+            diff = np.flatnonzero(tokens[name] != tokens["resgrad"])
+            if diff.size:
+                print(
+                    f"  token ids of {name} DIFFER from resgrad's from new token {diff[0]} on "
+                    f"({diff.size} of {args.new_tokens})"
+                )
+                raise SystemExit(1)
+        print(f"  token ids identical on every side ({args.new_tokens} of {args.new_tokens})")
 
 
 if __name__ == "__main__":

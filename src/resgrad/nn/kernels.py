@@ -45,6 +45,7 @@ __all__ = [
     "causal_softmax",
     "causal_softmax_backward",
     "causal_softmax_runs",
+    "compiled",
     "gelu_dx",
     "gelu_erf",
     "gelu_out",
@@ -272,11 +273,18 @@ _SOURCES = {"gelu_u": _gelu_u, "gelu_out": _gelu_out, "gelu_dx": _gelu_dx,
 # that the reductions vectorize) and contract a * b + c into one fused multiply-add
 _FAST = {"ln_forward", "ln_backward", "causal_softmax32", "causal_softmax64",
          "causal_softmax_dx", "sum_sq64"}  # fmt: skip
-_COMPILED: dict = {}  # name -> the compiled kernel, or None without numba
+_COMPILED: dict = {}  # source function -> its compiled kernel, or None without numba
 
 
-def _kernel(name: str, *arrays: np.ndarray):
-    """The compiled kernel ``name`` if it can run on ``arrays`` (C-contiguous, one dtype)."""
+def compiled(source, *arrays: np.ndarray, fast: bool = False):
+    """numba's compile of the kernel ``source`` (a plain Python function, compiled on first
+    use, cached on disk) if it can run on ``arrays``: the switch on, each C-contiguous, all
+    float32 or all float64. None otherwise: the caller takes its NumPy passes.
+
+    ``fast``: the compiler may reassociate sums and contract ``a * b + c`` into a fused
+    multiply-add (the kernels that round their own way); else every rounding as written.
+    :mod:`resgrad.nn.decode_kernels` compiles its kernels here too.
+    """
     if not ENABLED:
         return None
     dt = arrays[0].dtype
@@ -284,18 +292,23 @@ def _kernel(name: str, *arrays: np.ndarray):
         return None
     if dt not in (np.float32, np.float64):
         return None
-    if name not in _COMPILED:
+    if source not in _COMPILED:
         try:
             import numba
         except ImportError:  # pragma: no cover - numba is a dependency
-            _COMPILED[name] = None
+            _COMPILED[source] = None
         else:
             # error_model "numpy": a division by 0 gives inf, as NumPy does, and loops vectorize
-            fast = {"reassoc", "contract", "nsz"} if name in _FAST else False
-            _COMPILED[name] = numba.njit(
-                cache=True, nogil=True, error_model="numpy", fastmath=fast
-            )(_SOURCES[name])
-    return _COMPILED[name]
+            flags = {"reassoc", "contract", "nsz"} if fast else False
+            _COMPILED[source] = numba.njit(
+                cache=True, nogil=True, error_model="numpy", fastmath=flags
+            )(source)
+    return _COMPILED[source]
+
+
+def _kernel(name: str, *arrays: np.ndarray):
+    """The compiled kernel ``name`` of this module if it can run on ``arrays``."""
+    return compiled(_SOURCES[name], *arrays, fast=name in _FAST)
 
 
 def gelu_u(x: np.ndarray, a, k) -> np.ndarray | None:

@@ -21,6 +21,16 @@ shifts by one, so the cache is rebuilt from those tokens in one batched pass.
 Past block_size tokens, each new token therefore costs one forward of
 block_size tokens, as without a cache.
 
+One new token: :func:`forward_step` with T = 1 (each token after the first call) takes
+:func:`decode_step`, the same computation with the small work between the matrix-vector
+products compiled (:mod:`resgrad.nn.decode_kernels`): the KV-cache append and the
+attention over the cache in one pass per row and head, without the (B, H, 1, S) scores
+and the head copies of :func:`attention_step`; pre-ln's LayerNorms one pass a row. The
+products stay BLAS, written into buffers the cache keeps (:class:`DecodeBuffers`) and
+reused for every layer and token. ``resgrad.nn.kernels.ENABLED = False`` turns it off:
+:func:`forward_step` then runs the readable code below for every T, the reference that
+tests/train/test_decode.py holds the decode step to.
+
 Threads: a small model's products are too small to split. When the caller leaves
 the thread count to resgrad (``resgrad sample`` without ``--threads``), a model
 whose token costs fewer than ``DECODE_ONE_THREAD_FLOPS`` matmul FLOPs generates on
@@ -34,14 +44,16 @@ import contextlib
 import math
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from threadpoolctl import threadpool_limits
 
 from resgrad.formats.checkpoint import BEST, LAST, Checkpoint, check_params, load_checkpoint
+from resgrad.nn import decode_kernels
 from resgrad.nn.blocks import FINAL_LN, block_alpha, scheme_forward
 from resgrad.nn.layers import (
+    ACTIVATIONS,
     ATTN_KEYS,
     MLP_KEYS,
     layernorm_forward,
@@ -55,9 +67,11 @@ from resgrad.train.data import CharTokenizer
 
 __all__ = [
     "DECODE_ONE_THREAD_FLOPS",
+    "DecodeBuffers",
     "KVCache",
     "attention_step",
     "continue_text",
+    "decode_step",
     "decode_threads",
     "forward_step",
     "generate",
@@ -77,16 +91,56 @@ DECODE_ONE_THREAD_FLOPS = 4_000_000
 
 
 @dataclass
+class DecodeBuffers:
+    """The scratch of :func:`decode_step` for B rows, reused by every layer and token."""
+
+    x: np.ndarray  # (B, C) the residual stream
+    h: np.ndarray  # (B, C) a LayerNorm's output: a sublayer's input
+    qkv: np.ndarray  # (B, 3C) the new tokens' q, k, v
+    y: np.ndarray  # (B, C) attention's output, before its projection
+    f: np.ndarray  # (B, C) a sublayer's output
+    a: np.ndarray  # (B, F) the MLP's hidden layer, F = 4C
+    scores: np.ndarray  # (block_size,) one head's attention weights over the cache
+
+    @classmethod
+    def empty(cls, cfg: GPTConfig, batch: int, dtype) -> DecodeBuffers:
+        B, C = batch, cfg.n_embd
+        return cls(
+            x=np.empty((B, C), dtype),  # (B, C)
+            h=np.empty((B, C), dtype),  # (B, C)
+            qkv=np.empty((B, 3 * C), dtype),  # (B, 3C)
+            y=np.empty((B, C), dtype),  # (B, C)
+            f=np.empty((B, C), dtype),  # (B, C)
+            a=np.empty((B, 4 * C), dtype),  # (B, F)
+            scores=np.empty(cfg.block_size, dtype),  # (block_size,)
+        )
+
+
+@dataclass
 class KVCache:
     """Keys and values of the first ``length`` positions, for each block.
 
     ``k[l]`` and ``v[l]`` have shape (B, H, block_size, D); entries at and
-    beyond ``length`` are unused.
+    beyond ``length`` are unused. ``buffers`` holds :func:`decode_step`'s scratch,
+    made on its first call.
     """
 
     k: list[np.ndarray]
     v: list[np.ndarray]
     length: int = 0
+    buffers: DecodeBuffers | None = field(default=None, repr=False, compare=False)
+
+    def decode_buffers(self, cfg: GPTConfig, batch: int, dtype) -> DecodeBuffers:
+        """:attr:`buffers`, made (again) if there are none for ``batch`` rows of ``dtype``."""
+        buf = self.buffers
+        if (
+            buf is None
+            or buf.x.shape != (batch, cfg.n_embd)
+            or buf.x.dtype != dtype
+            or buf.scores.shape[0] < cfg.block_size
+        ):
+            buf = self.buffers = DecodeBuffers.empty(cfg, batch, dtype)
+        return buf
 
     @classmethod
     def empty(cls, cfg: GPTConfig, batch: int, dtype) -> KVCache:
@@ -173,6 +227,9 @@ def forward_step(model: GPT, idx: np.ndarray, cache: KVCache) -> np.ndarray:
     t0 = cache.length
     if t0 + T > cfg.block_size:
         raise ValueError(f"context of {t0 + T} tokens exceeds block_size {cfg.block_size}")
+    if T == 1 and decode_kernels.available(p["wte"].dtype):
+        return decode_step(model, idx, cache)  # the same logits, compiled (module docstring)
+    # the reference: every T, and T = 1 with resgrad.nn.kernels.ENABLED = False
     x = p["wte"][idx] + p["wpe"][t0 : t0 + T]  # (B,T,C) token + position embedding
     for layer in range(cfg.n_layer):
         pre = f"blocks.{layer}"
@@ -194,6 +251,106 @@ def forward_step(model: GPT, idx: np.ndarray, cache: KVCache) -> np.ndarray:
         x, _ = layernorm_forward(x, p["ln_f.g"], p.get("ln_f.b"), cfg.ln_eps)  # (B,T,C)
     cache.length = t0 + T
     return x @ p["wte"].T  # (B,T,C) @ (C,V) -> (B,T,V), the LM head tied to wte
+
+
+def _attention_one(h, attn, n_head, k_cache, v_cache, pos, buf, out=None):
+    """:func:`attention_step` of one new token a row, ``h`` (B, C) -> (B, C), through the
+    kernel; into ``out`` if given. The reference where the kernel does not run."""
+    w_qkv, b_qkv, w_proj, b_proj = attn
+    np.dot(h, w_qkv, out=buf.qkv)  # 1) (B,C) @ (C,3C) -> (B,3C), bias added by the kernel
+    if not decode_kernels.attend_one(buf.qkv, b_qkv, k_cache, v_cache, pos, buf.scores, buf.y):
+        y = attention_step(h[:, None], *attn, n_head, k_cache, v_cache, pos)  # (B,1,C)
+        return y[:, 0]  # (B,C)
+    out = np.dot(buf.y, w_proj, out=out)  # 2)-8) (B,C) @ (C,C) -> (B,C)
+    if b_proj is not None:
+        out += b_proj  # (B,C)
+    return out
+
+
+def _mlp_one(h, mlp, activation, buf, out=None):
+    """:func:`resgrad.nn.layers.mlp_forward` of ``h`` (B, C) -> (B, C), its hidden layer in
+    the buffers; into ``out`` if given. Inference: no dropout."""
+    w_fc, b_fc, w_proj, b_proj = mlp
+    a = np.dot(h, w_fc, out=buf.a)  # 1) (B,C) @ (C,F) -> (B,F)
+    if b_fc is not None:
+        a += b_fc  # (B,F)
+    a, _ = ACTIVATIONS[activation][0](a)  # 2) (B,F) gelu, in the form the config names
+    out = np.dot(a, w_proj, out=out)  # 3) (B,F) @ (F,C) -> (B,C)
+    if b_proj is not None:
+        out += b_proj  # (B,C)
+    return out
+
+
+def _layernorm_one(x, g, b, eps, out):
+    """LayerNorm of x (B, C) into ``out`` (B, C) (one compiled pass a row where it runs)."""
+    out[...] = layernorm_forward(x, g, b, eps)[0]  # (B,C)
+    return out
+
+
+def decode_step(model: GPT, idx: np.ndarray, cache: KVCache) -> np.ndarray:
+    """:func:`forward_step` for one new token a row (T = 1), its small work compiled.
+
+    The same logits as the reference (in the last bits: the kernels sum in another order,
+    :mod:`resgrad.nn.decode_kernels`). Per block: the attention sublayer is one product
+    for q, k, v, one kernel pass that appends k and v to the cache and attends over it,
+    and the output projection; the MLP is its two products around the GELU; the matrix-
+    vector products are BLAS, into :class:`DecodeBuffers`. Under pre-ln (GPT-2's) the
+    block runs in place on the residual stream, its LayerNorms compiled too; the other
+    schemes wrap the same two sublayers in :func:`resgrad.nn.blocks.scheme_forward`, as
+    the reference does. :func:`forward_step` takes it where the kernels run (float32,
+    float64, ``resgrad.nn.kernels.ENABLED``); call that instead.
+
+    Parameters
+    ----------
+    model : GPT
+    idx : int ndarray, shape (B, 1)
+        The new tokens, at position cache.length.
+    cache : KVCache
+        Extended in place by one position.
+
+    Returns
+    -------
+    logits : ndarray, shape (B, 1, V)
+    """
+    cfg, p = model.cfg, model.params
+    B, T = idx.shape
+    t0 = cache.length
+    if T != 1:
+        raise ValueError(f"decode_step takes one new token a row, got {T}")
+    if t0 + 1 > cfg.block_size:
+        raise ValueError(f"context of {t0 + 1} tokens exceeds block_size {cfg.block_size}")
+    wte = p["wte"]
+    buf = cache.decode_buffers(cfg, B, wte.dtype)
+    x = np.add(wte[idx[:, 0]], p["wpe"][t0], out=buf.x)  # (B,C) token + position embedding
+    for layer in range(cfg.n_layer):
+        pre = f"blocks.{layer}"
+        attn = [p.get(f"{pre}.attn.{k}") for k in ATTN_KEYS]
+        mlp = [p.get(f"{pre}.mlp.{k}") for k in MLP_KEYS]
+        g1, b1 = p.get(f"{pre}.ln1.g"), p.get(f"{pre}.ln1.b")
+        g2, b2 = p.get(f"{pre}.ln2.g"), p.get(f"{pre}.ln2.b")
+        kc, vc = cache.k[layer], cache.v[layer]
+        if cfg.variant == "pre-ln":  # x += f(ln(x)), in place in the buffers
+            h = _layernorm_one(x, g1, b1, cfg.ln_eps, buf.h)  # (B,C) ln1(x)
+            x += _attention_one(h, attn, cfg.n_head, kc, vc, t0, buf, buf.f)  # (B,C)
+            h = _layernorm_one(x, g2, b2, cfg.ln_eps, buf.h)  # (B,C) ln2(x)
+            x += _mlp_one(h, mlp, cfg.activation, buf, buf.f)  # (B,C)
+            continue
+        alpha = block_alpha(p, pre, cfg, x.dtype)
+
+        def f_attn(h, attn=attn, kc=kc, vc=vc):  # (B,1,C) -> (B,1,C), a fresh array
+            return _attention_one(h[:, 0], attn, cfg.n_head, kc, vc, t0, buf)[:, None], None
+
+        def f_mlp(h, mlp=mlp):  # (B,1,C) -> (B,1,C), a fresh array
+            return _mlp_one(h[:, 0], mlp, cfg.activation, buf)[:, None], None
+
+        x3 = x[:, None]  # (B,1,C)
+        x3, _ = scheme_forward(x3, f_attn, cfg.variant, g1, b1, cfg.ln_eps, alpha)  # (B,1,C)
+        x3, _ = scheme_forward(x3, f_mlp, cfg.variant, g2, b2, cfg.ln_eps, alpha)  # (B,1,C)
+        x = x3[:, 0]  # (B,C)
+    if cfg.variant in FINAL_LN:
+        x = _layernorm_one(x, p["ln_f.g"], p.get("ln_f.b"), cfg.ln_eps, buf.h)  # (B,C)
+    cache.length = t0 + 1
+    return np.dot(x, wte.T)[:, None]  # (B,C) @ (C,V) -> (B,1,V), the LM head tied to wte
 
 
 def sample_token(
