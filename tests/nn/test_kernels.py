@@ -300,3 +300,30 @@ def test_the_exact_gelu_kernel_leaves_float64_and_views_to_scipy(monkeypatch):
     np.testing.assert_array_equal(cache.cdf, 0.5 * (1 + erf(x64 * np.sqrt(0.5))))
     monkeypatch.setattr(kernels, "ENABLED", False)
     assert kernels.gelu_erf(x64.astype(np.float32)) is None
+
+
+def test_the_environment_starts_a_command_on_the_numpy_passes(monkeypatch):
+    """RESGRAD_KERNELS=0: the reference, one setting away; 1 or unset: the kernels."""
+    import importlib
+
+    try:
+        for value, on in (("0", False), ("1", True), (None, True)):
+            if value is None:
+                monkeypatch.delenv(kernels.ENV, raising=False)
+            else:
+                monkeypatch.setenv(kernels.ENV, value)
+            assert importlib.reload(kernels).ENABLED is on
+    finally:
+        monkeypatch.delenv(kernels.ENV, raising=False)
+        importlib.reload(kernels)
+
+
+def test_a_command_refuses_a_switch_it_cannot_read(monkeypatch, capsys, tmp_path):
+    from resgrad.cli import main
+
+    monkeypatch.setenv(kernels.ENV, "off")
+    assert main(["depth", "--plot", str(tmp_path / "d.png")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == ("resgrad depth: error: RESGRAD_KERNELS='off'; expected 0 (NumPy's passes, "
+                   "the reference) or 1 (the compiled kernels)")  # fmt: skip
+    assert not list(tmp_path.iterdir())  # refused before any work

@@ -25,6 +25,7 @@ SMALLEST = {
         ["--config", "cpu-recipe", "--seq", "16", "--batch", "2", "--repeat", "1"],
         (),
     ),
+    "bench_kernels.py": (["--config", "cpu-recipe", "--repeat", "1", "--rounds", "1"], ()),
     "bench_generate.py": (["--config", "cpu-recipe", "--new-tokens", "8", "--repeat", "1"], ()),
     "bench_gradcheck.py": (["--directions", "2", "--repeat", "1"], ()),
     "bench_nanogpt_recipe.py": ([], ()),

@@ -32,6 +32,7 @@ from resgrad.cli import (
     paths_cmds,
     train_cmds,
 )
+from resgrad.nn import kernels
 from resgrad.perf.heap import keep_freed_memory
 from resgrad.perf.memory import NotEnoughMemory
 from resgrad.perf.threads import load_aware_threads
@@ -107,6 +108,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     args.argv = [str(a) for a in (sys.argv[1:] if argv is None else argv)]  # typed, not default
     _refuse_empty(parser, args)
+    switch = os.environ.get(kernels.ENV)
+    if switch not in (None, "0", "1"):  # the compiled kernels' switch (resgrad.nn.kernels)
+        print(f"resgrad {args.command}: error: {kernels.ENV}={switch!r}; expected 0 (NumPy's "
+              "passes, the reference) or 1 (the compiled kernels)", file=sys.stderr)  # fmt: skip
+        return 2
     keep_freed_memory()  # the command owns the process: reuse NumPy's freed arrays (heap.py)
     try:
         with _threads(getattr(args, "threads", None)):

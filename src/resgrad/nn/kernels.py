@@ -29,7 +29,9 @@ relative in float64, 1e-5 in float32. The float64 gradient checks run through th
 
 numba compiles each kernel on its first call (cached on disk, GIL released, so the
 trainer's shards run them on their threads). Without numba, or with ``ENABLED = False``,
-every function here returns None and the layers take their NumPy passes.
+every function here returns None and the layers take their NumPy passes. A command
+starts with ``ENABLED = False`` under ``RESGRAD_KERNELS=0`` in its environment
+(``RESGRAD_KERNELS=0 resgrad train ...``: the reference, one setting away).
 
 This is a low-level module: it imports nothing from resgrad.
 """
@@ -37,11 +39,13 @@ This is a low-level module: it imports nothing from resgrad.
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 
 __all__ = [
     "ENABLED",
+    "ENV",
     "causal_softmax",
     "causal_softmax_backward",
     "causal_softmax_runs",
@@ -55,7 +59,8 @@ __all__ = [
     "sum_sq64",
 ]
 
-ENABLED = True  # False: the layers' readable NumPy passes, everywhere
+ENV = "RESGRAD_KERNELS"  # "0" in the environment: start with the NumPy passes; "1": the kernels
+ENABLED = os.environ.get(ENV, "1") != "0"  # False: the layers' readable NumPy passes, everywhere
 
 
 def _gelu_u(x, u, a, k):

@@ -1,0 +1,138 @@
+"""The compiled kernels against the NumPy passes they stand beside, one op and one step.
+
+    python benchmarks/bench_kernels.py                     # every config, 1 BLAS thread for ops
+    python benchmarks/bench_kernels.py --config cpu-recipe --rounds 5
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/bench_kernels.py
+
+``resgrad.nn.kernels.ENABLED`` is the one switch: on, the layers take the compiled
+kernels (:mod:`resgrad.nn.kernels`); off, their readable NumPy passes. For each config
+(:data:`resgrad.perf.bench.BENCH_CONFIGS`), float32, at the config's own shapes:
+
+- each op, forward and backward, on and off: the causal attention (``sdpa_forward`` /
+  ``sdpa_backward``: the scale, the mask and the softmax in one pass), LayerNorm (the
+  whole row in one pass), and the gradient norms (:func:`resgrad.train.optim.grad_norms`
+  over the model's parameter shapes: a float64 sum of squares in one pass); on one BLAS
+  thread, as each of the trainer's shards runs them; the best of ``--repeat`` calls, the
+  two sides alternating call by call;
+- the trainer's whole iteration (:func:`resgrad.perf.bench.resgrad_stepper`: the batch,
+  the step on its shards, clipping, AdamW, the dynamics), on and off, alternating blocks
+  of 5 iterations for ``--rounds`` rounds after a pause each
+  (:func:`resgrad.perf.bench.settle`); the median ms of the blocks.
+
+Prints ms and off / on (above 1: the kernels are faster). The two sides round
+differently (tests/nn/test_kernels.py holds them within 1e-5 in float32).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+
+import numpy as np
+from threadpoolctl import threadpool_limits
+
+from resgrad.nn import kernels
+from resgrad.nn.layers import layernorm_backward, layernorm_forward, sdpa_backward, sdpa_forward
+from resgrad.nn.model import GPT
+from resgrad.perf.bench import ALL_CONFIGS, BENCH_CONFIGS, blas_info, resgrad_stepper, settle
+from resgrad.perf.heap import keep_freed_memory
+from resgrad.train.optim import grad_norms
+
+BLOCK = 5  # iterations per timed block of the whole step
+
+
+def best_of(ways: dict[str, Callable[[], object]], repeat: int) -> dict[str, float]:
+    """The best ms of ``repeat`` calls of each way, on then off, alternating call by call."""
+    times: dict[str, list[float]] = {w: [] for w in ways}
+    for name, f in ways.items():  # compile, warm the caches
+        kernels.ENABLED = name.endswith("on")
+        f()
+    for _ in range(repeat):
+        for name, f in ways.items():
+            kernels.ENABLED = name.endswith("on")
+            t0 = time.perf_counter()
+            f()
+            times[name].append(time.perf_counter() - t0)
+    kernels.ENABLED = True
+    return {w: 1e3 * min(t) for w, t in times.items()}
+
+
+def op_ways(name: str) -> dict[str, dict[str, Callable[[], object]]]:
+    """Per op, its forward and backward with the switch on and off: {op: {way: call}}."""
+    c = BENCH_CONFIGS[name]
+    B, T, C, H = c.batch_size, c.block_size, c.n_embd, c.n_head
+    rng = np.random.default_rng(0)
+    f32 = np.float32
+    q, k, v, dy = (rng.standard_normal((B, H, T, C // H)).astype(f32) for _ in range(4))
+    x, dx = (rng.standard_normal((B, T, C)).astype(f32) for _ in range(2))
+    g, b = np.ones(C, f32), np.zeros(C, f32)
+    model = GPT(c.gpt_config(), seed=0, dtype=f32)
+    grads = {key: rng.standard_normal(p.shape, dtype=f32) for key, p in model.params.items()}
+    caches = {}
+    for on in (True, False):
+        kernels.ENABLED = on
+        caches["attn", on] = sdpa_forward(q, k, v)[1]
+        caches["ln", on] = layernorm_forward(x, g, b)[1]
+    kernels.ENABLED = True
+    ways: dict[str, dict[str, Callable[[], object]]] = {}
+    for side in ("on", "off"):
+        on = side == "on"
+        ways.setdefault("attention forward", {})[side] = lambda: sdpa_forward(q, k, v)
+        ways.setdefault("attention backward", {})[side] = (
+            lambda on=on: sdpa_backward(dy, caches["attn", on])
+        )
+        ways.setdefault("layernorm forward", {})[side] = lambda: layernorm_forward(x, g, b)
+        ways.setdefault("layernorm backward", {})[side] = (
+            lambda on=on: layernorm_backward(dx, caches["ln", on])
+        )
+        ways.setdefault("gradient norms", {})[side] = lambda: grad_norms(grads)
+    return ways
+
+
+def step_ms(name: str, rounds: int) -> dict[str, float]:
+    """The trainer's iteration, switch on and off, alternating blocks: median ms of each."""
+    times: dict[str, list[float]] = {"on": [], "off": []}
+    with resgrad_stepper(BENCH_CONFIGS[name]) as (_, step):
+        for side in times:  # compile, warm
+            kernels.ENABLED = side == "on"
+            step()
+        for _ in range(rounds):
+            for side in times:
+                kernels.ENABLED = side == "on"
+                settle()
+                t0 = time.perf_counter()
+                for _ in range(BLOCK):
+                    step()
+                times[side].append((time.perf_counter() - t0) / BLOCK)
+    kernels.ENABLED = True
+    return {side: 1e3 * statistics.median(t) for side, t in times.items()}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--config", default="all", choices=[*BENCH_CONFIGS, "all"])
+    p.add_argument("--repeat", type=int, default=50, help="calls of each op per side (50)")
+    p.add_argument("--rounds", type=int, default=4, help="blocks of 5 steps per side (4)")
+    args = p.parse_args()
+    for flag in ("repeat", "rounds"):
+        if getattr(args, flag) < 1:
+            p.error(f"--{flag} must be >= 1, got {getattr(args, flag)}")
+    keep_freed_memory()  # as resgrad train runs
+    print(f"BLAS (threadpoolctl): {blas_info()}")
+    names = ALL_CONFIGS if args.config == "all" else [args.config]
+    print(f"{'config':<11} {'op':<20} {'kernels ms':>11} {'NumPy ms':>9} {'off/on':>7}")
+    for name in names:
+        with threadpool_limits(1, user_api="blas"):  # one shard's thread
+            for op, ways in op_ways(name).items():
+                t = best_of({f"{op} on": ways["on"], f"{op} off": ways["off"]}, args.repeat)
+                on, off = t[f"{op} on"], t[f"{op} off"]
+                print(f"{name:<11} {op:<20} {on:>11.3f} {off:>9.3f} {off / on:>6.2f}x")
+        s = step_ms(name, args.rounds)
+        print(f"{name:<11} {'whole iteration':<20} {s['on']:>11.2f} {s['off']:>9.2f} "
+              f"{s['off'] / s['on']:>6.2f}x")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
