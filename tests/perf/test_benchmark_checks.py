@@ -46,7 +46,7 @@ def test_bench_generate_runs_and_the_tokens_agree():
              "--bandwidth-mib", "64")  # fmt: skip
     assert "BLAS (threadpoolctl)" in p.stdout and "tokens/s" in p.stdout and "at most" in p.stdout
     if _referees():
-        assert "token ids identical (8 of 8)" in p.stdout
+        assert "token ids identical on every side (8 of 8)" in p.stdout
 
 
 @pytest.mark.slow

@@ -16,16 +16,17 @@ that the compiler vectorizes, within 2.3e-7 of the true ``Phi``, at 0.1 ms. floa
 keeps SciPy's ``erf``, so the float64 gradient checks see the exact function;
 ``tests/nn/test_kernels.py`` holds the float32 kernel within 1e-5 of SciPy's.
 
-Four more kernels round differently from their NumPy passes, by design (issue 35): the
-causal softmax with its mask and scale (:func:`causal_softmax`,
-:func:`causal_softmax_backward`), the whole LayerNorm row (:func:`layernorm_forward`,
-:func:`layernorm_backward`) and the float64 sum of squares behind the gradient norms
-(:func:`sum_sq64`). They sum in a different order than NumPy's pairwise sums (the
-compiler may reassociate their reductions, so that they vectorize), and the float32
-softmax evaluates ``exp`` as a polynomial that vectorizes (Cephes' ``expf``, within 2 ulp),
-where numba's calls libm one element at a time. Each gives the same bytes on every run of
-one machine, and ``tests/nn/test_kernels.py`` holds it to its NumPy pass: within 1e-12
-relative in float64, 1e-5 in float32. The float64 gradient checks run through them.
+The kernels of issue 35 round differently from their NumPy passes, by design: the causal
+softmax with its mask and scale (:func:`causal_softmax`, :func:`causal_softmax_backward`),
+the whole LayerNorm row (:func:`layernorm_forward`, :func:`layernorm_backward`) and the
+float64 sum of squares behind the gradient norms (:func:`sum_sq64`). They sum in a
+different order than NumPy's pairwise sums (the compiler may reassociate their
+reductions, so that they vectorize), and the float32 softmax evaluates ``exp`` as a
+polynomial that vectorizes (Cephes' ``expf``; its probabilities within 5 ulp of the
+float64 truth), where numba's ``exp`` calls libm one element at a time. Each gives the
+same bytes on every run of one machine, and ``tests/nn/test_kernels.py`` holds it to its
+NumPy pass: within 1e-12 relative in float64, 1e-5 in float32. The float64 gradient
+checks run through them.
 
 numba compiles each kernel on its first call (cached on disk, GIL released, so the
 trainer's shards run them on their threads). Without numba, or with ``ENABLED = False``,

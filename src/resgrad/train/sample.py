@@ -104,6 +104,7 @@ class DecodeBuffers:
 
     @classmethod
     def empty(cls, cfg: GPTConfig, batch: int, dtype) -> DecodeBuffers:
+        """Uninitialised buffers for ``batch`` rows of a ``cfg``-shaped model, in ``dtype``."""
         B, C = batch, cfg.n_embd
         return cls(
             x=np.empty((B, C), dtype),  # (B, C)
