@@ -6,24 +6,12 @@ import pytest
 
 from resgrad.nn import decode_kernels, kernels
 from resgrad.nn.blocks import VARIANTS
-from resgrad.nn.model import GPT, GPTConfig
 from resgrad.train import sample
 from resgrad.train.sample import KVCache, attention_step, decode_step, forward_step, generate
+from tests.train.test_sample import _model
 
 # the decode step within these of the reference, relative to the logits' largest magnitude
 TOL = {np.float64: 1e-12, np.float32: 1e-5}
-
-
-def _model(variant="pre-ln", dtype=np.float64, n_embd=16, n_head=2, block_size=8, seed=1,
-           **kw):  # fmt: skip
-    cfg = GPTConfig(vocab_size=11, block_size=block_size, n_layer=2, n_head=n_head,
-                    n_embd=n_embd, variant=variant, **kw)  # fmt: skip
-    m = GPT(cfg, seed=seed, dtype=dtype)
-    rng = np.random.default_rng(seed)
-    for v in m.params.values():  # perturb biases, gains and rezero's alpha off their init
-        if v.ndim == 1:
-            v += rng.standard_normal(v.shape).astype(dtype) * 0.3
-    return m
 
 
 def _generate(m, start, n, enabled, monkeypatch, top_k=1):
@@ -45,7 +33,7 @@ START = np.array([[1, 2, 3], [4, 5, 6]])  # (B=2, T0=3)
 @pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("n_embd", [16, 24])  # D = 8 and D = 12, not a multiple of 8
 def test_decode_step_equals_the_reference_across_the_window(variant, dtype, n_embd, monkeypatch):
-    m = _model(variant, dtype, n_embd)
+    m = _model(variant, dtype, n_embd=n_embd)
     # 14 new tokens in a window of 8: the cache fills, is cropped and rebuilt, fills again
     ids, got = _generate(m, START, 14, True, monkeypatch)
     ref_ids, ref = _generate(m, START, 14, False, monkeypatch)
@@ -56,7 +44,7 @@ def test_decode_step_equals_the_reference_across_the_window(variant, dtype, n_em
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_decode_step_without_biases_and_with_the_exact_gelu(dtype, monkeypatch):
-    m = _model("pre-ln", dtype, 24, 3, bias=False, activation="gelu-erf")
+    m = _model("pre-ln", dtype, n_embd=24, n_head=3, bias=False, activation="gelu-erf")
     assert "blocks.0.attn.b_qkv" not in m.params and "ln_f.b" not in m.params
     ids, got = _generate(m, START, 9, True, monkeypatch)
     ref_ids, ref = _generate(m, START, 9, False, monkeypatch)

@@ -19,10 +19,11 @@ from resgrad.train.sample import (
 )
 
 
-def _model(variant="pre-ln", dtype=np.float64, block_size=8, seed=1):
-    cfg = GPTConfig(
-        vocab_size=11, block_size=block_size, n_layer=2, n_head=2, n_embd=16, variant=variant
-    )
+def _model(variant="pre-ln", dtype=np.float64, block_size=8, seed=1, *, n_embd=16, n_head=2,
+           **kw):  # fmt: skip
+    """A 2-block GPT of vocabulary 11, its 1-D parameters moved off their init (test_decode too)."""
+    cfg = GPTConfig(vocab_size=11, block_size=block_size, n_layer=2, n_head=n_head,
+                    n_embd=n_embd, variant=variant, **kw)  # fmt: skip
     m = GPT(cfg, seed=seed, dtype=dtype)
     rng = np.random.default_rng(seed)
     for v in m.params.values():  # perturb biases, gains and rezero's alpha off their init

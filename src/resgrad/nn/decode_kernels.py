@@ -93,9 +93,7 @@ def available(dtype) -> bool:
     """Whether the decode kernels run on arrays of ``dtype``: the switch
     (:data:`resgrad.nn.kernels.ENABLED`, read at each call) is on and the dtype is float32
     or float64."""
-    if not kernels.ENABLED or np.dtype(dtype) not in (np.float32, np.float64):
-        return False
-    return True
+    return kernels.ENABLED and np.dtype(dtype) in (np.float32, np.float64)
 
 
 def attend_one(

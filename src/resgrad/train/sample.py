@@ -25,7 +25,7 @@ One new token: :func:`forward_step` with T = 1 (each token after the first call)
 :func:`decode_step`, the same computation with the small work between the matrix-vector
 products compiled (:mod:`resgrad.nn.decode_kernels`): the KV-cache append and the
 attention over the cache in one pass per row and head, without the (B, H, 1, S) scores
-and the head copies of :func:`attention_step`; pre-ln's LayerNorms one pass a row. The
+and the head copies of :func:`attention_step`. The
 products stay BLAS, written into buffers the cache keeps (:class:`DecodeBuffers`) and
 reused for every layer and token. ``resgrad.nn.kernels.ENABLED = False`` turns it off:
 :func:`forward_step` then runs the readable code below for every T, the reference that
@@ -95,7 +95,6 @@ class DecodeBuffers:
     """The scratch of :func:`decode_step` for B rows, reused by every layer and token."""
 
     x: np.ndarray  # (B, C) the residual stream
-    h: np.ndarray  # (B, C) a LayerNorm's output: a sublayer's input
     qkv: np.ndarray  # (B, 3C) the new tokens' q, k, v
     y: np.ndarray  # (B, C) attention's output, before its projection
     f: np.ndarray  # (B, C) a sublayer's output
@@ -108,7 +107,6 @@ class DecodeBuffers:
         B, C = batch, cfg.n_embd
         return cls(
             x=np.empty((B, C), dtype),  # (B, C)
-            h=np.empty((B, C), dtype),  # (B, C)
             qkv=np.empty((B, 3 * C), dtype),  # (B, 3C)
             y=np.empty((B, C), dtype),  # (B, C)
             f=np.empty((B, C), dtype),  # (B, C)
@@ -282,12 +280,6 @@ def _mlp_one(h, mlp, activation, buf, out=None):
     return out
 
 
-def _layernorm_one(x, g, b, eps, out):
-    """LayerNorm of x (B, C) into ``out`` (B, C) (one compiled pass a row where it runs)."""
-    out[...] = layernorm_forward(x, g, b, eps)[0]  # (B,C)
-    return out
-
-
 def decode_step(model: GPT, idx: np.ndarray, cache: KVCache) -> np.ndarray:
     """:func:`forward_step` for one new token a row (T = 1), its small work compiled.
 
@@ -331,9 +323,9 @@ def decode_step(model: GPT, idx: np.ndarray, cache: KVCache) -> np.ndarray:
         g2, b2 = p.get(f"{pre}.ln2.g"), p.get(f"{pre}.ln2.b")
         kc, vc = cache.k[layer], cache.v[layer]
         if cfg.variant == "pre-ln":  # x += f(ln(x)), in place in the buffers
-            h = _layernorm_one(x, g1, b1, cfg.ln_eps, buf.h)  # (B,C) ln1(x)
+            h, _ = layernorm_forward(x, g1, b1, cfg.ln_eps)  # (B,C) ln1(x)
             x += _attention_one(h, attn, cfg.n_head, kc, vc, t0, buf, buf.f)  # (B,C)
-            h = _layernorm_one(x, g2, b2, cfg.ln_eps, buf.h)  # (B,C) ln2(x)
+            h, _ = layernorm_forward(x, g2, b2, cfg.ln_eps)  # (B,C) ln2(x)
             x += _mlp_one(h, mlp, cfg.activation, buf, buf.f)  # (B,C)
             continue
         alpha = block_alpha(p, pre, cfg, x.dtype)
@@ -349,7 +341,7 @@ def decode_step(model: GPT, idx: np.ndarray, cache: KVCache) -> np.ndarray:
         x3, _ = scheme_forward(x3, f_mlp, cfg.variant, g2, b2, cfg.ln_eps, alpha)  # (B,1,C)
         x = x3[:, 0]  # (B,C)
     if cfg.variant in FINAL_LN:
-        x = _layernorm_one(x, p["ln_f.g"], p.get("ln_f.b"), cfg.ln_eps, buf.h)  # (B,C)
+        x, _ = layernorm_forward(x, p["ln_f.g"], p.get("ln_f.b"), cfg.ln_eps)  # (B,C)
     cache.length = t0 + 1
     return np.dot(x, wte.T)[:, None]  # (B,C) @ (C,V) -> (B,1,V), the LM head tied to wte
 
