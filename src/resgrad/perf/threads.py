@@ -144,11 +144,16 @@ def default_threads(usable: int, busy: int) -> int:
     return max(1, min(usable, usable - max(0, busy)))
 
 
-def load_aware_threads() -> int:
-    """:func:`default_threads` for this process and this machine now (module docstring)."""
+def _threads_for(readings: Sequence[int]) -> int:
+    """:func:`default_threads` on this machine's cores, given readings of the running tasks."""
     usable = usable_cores()
     online = os.cpu_count() or usable
-    return default_threads(usable, busy_others(sample_procs_running(), usable, online))
+    return default_threads(usable, busy_others(readings, usable, online))
+
+
+def load_aware_threads() -> int:
+    """:func:`default_threads` for this process and this machine now (module docstring)."""
+    return _threads_for(sample_procs_running())
 
 
 # --------------------------------------------------------------------------- following the load
@@ -202,9 +207,7 @@ def sample_others_running(
 def reread_threads() -> int:
     """:func:`default_threads` for this process and this machine now, mid-run: the other
     tasks are counted without this process's own (module docstring)."""
-    usable = usable_cores()
-    online = os.cpu_count() or usable
-    return default_threads(usable, busy_others(sample_others_running(), usable, online))
+    return _threads_for(sample_others_running())
 
 
 def blas_threads() -> int:
