@@ -33,6 +33,7 @@ RUNS = {"A": ["--seed", "1"], "B": ["--seed", "2"], "C": ["--seed", "3"],
 M = ["--text", "{W}/data.txt", "--seq", "8", "--batch", "2", "--threads", "1"]
 
 # name -> argv; {W} is the record's directory; a figure is named after its command
+# fmt: off
 COMMANDS: dict[str, list[str]] = {
     "paths-lesson": ["paths", "lesson"],
     "paths-lesson-veit-json": ["paths", "lesson", "--depth", "8", "--seeds", "2", "--veit", "20",
@@ -99,6 +100,7 @@ COMMANDS: dict[str, list[str]] = {
     "refuse-flags-every": ["paths", "{W}/A", "--every-checkpoint", "--veit", "2", *M],
     "refuse-no-keep": ["paths", "{W}/E", "--every-checkpoint", *M],
 }
+# fmt: on
 
 
 def _sub(argv: list[str], w: str) -> list[str]:
@@ -128,7 +130,7 @@ def record(w: str) -> dict[str, str]:
             assert rc == 0, err
     e = os.path.join(w, "E")  # a run that kept no checkpoint per step
     if not os.path.isdir(e):
-        no_keep = TRAIN[:TRAIN.index("--keep-every")] + TRAIN[TRAIN.index("--keep-every") + 2:]
+        no_keep = TRAIN[: TRAIN.index("--keep-every")] + TRAIN[TRAIN.index("--keep-every") + 2 :]
         rc, _, err = _run(["train", *_sub(no_keep, w), "--out-dir", e])
         assert rc == 0, err
     sums = {}
