@@ -6,7 +6,7 @@
     python benchmarks/bench_flow_profile.py --config cpu-recipe --seq 16 --batch 2  # quick
 
 What ``resgrad flow --from-pretrained DIR --text FILE --seq 128 --batch 4`` computes once
-the model is loaded: :func:`resgrad.lab.realflow.measure_model`, which for each seed draws
+the model is loaded: :func:`resgrad.lab.flow.pretrained.measure_model`, which for each seed draws
 B windows of T + 1 tokens of the text, runs the model's cross-entropy forward and its
 backward, and takes per layer the norm of the residual stream's gradient (``stream_grad``,
 dL/dx_i for x_0 the embeddings' sum and x_i block i-1's output, i = 0..L), of the stream
@@ -44,7 +44,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_generate import hf_copy  # noqa: E402
 
 from resgrad.formats.hf import HF_NAMES  # noqa: E402
-from resgrad.lab.realflow import measure_model, text_windows  # noqa: E402
+from resgrad.lab.flow import measure_model
+from resgrad.lab.study import text_windows  # noqa: E402
 from resgrad.nn.model import GPT  # noqa: E402
 from resgrad.perf.bench import BENCH_CONFIGS, blas_info, settle  # noqa: E402
 from resgrad.perf.heap import keep_freed_memory  # noqa: E402

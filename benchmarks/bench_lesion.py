@@ -4,7 +4,7 @@ The issue's target: GPT-2 124M's shape (random weights from transformers' own GP
 init, nothing downloaded), T=128, B=4, float32: every attention, every MLP and every block
 deleted in turn (2L + L = 36 interventions, plus the intact model), each measured on one
 batch (cross-entropy, top-1 agreement and accuracy, KL(intact || lesioned)). resgrad runs
-:func:`resgrad.lab.lesionstudy.model_study`, which computes the intact stream once and runs each
+:func:`resgrad.lab.lesion.measure.model_study`, which computes the intact stream once and runs each
 lesion from its first changed block; transformers' model in torch runs the same lesions
 the torch way, one whole forward each (a deleted block: ``transformer.h`` without it; a
 deleted branch: its ``c_proj`` weight and bias zeroed, then restored). Printed: both times,
@@ -26,8 +26,9 @@ import time
 import numpy as np
 
 from resgrad.formats.hf import gpt_config_from_hf, gpt_from_state
-from resgrad.lab import lesion, lesionstudy
-from resgrad.lab.realflow import text_windows
+from resgrad.lab.lesion import interventions as lesion
+from resgrad.lab.lesion import measure as lesionstudy
+from resgrad.lab.study import text_windows
 
 GPT2 = dict(vocab_size=50257, n_positions=1024, n_layer=12, n_head=12, n_embd=768)
 SMALL = dict(vocab_size=512, n_positions=128, n_layer=4, n_head=4, n_embd=128)

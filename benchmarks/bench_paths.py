@@ -21,8 +21,7 @@ import time
 
 import numpy as np
 
-from resgrad.lab.pathchains import gpt_chain
-from resgrad.lab.paths import effective_range, split
+from resgrad.lab.paths import effective_range, gpt_chain, split
 from resgrad.nn.model import GPT, GPTConfig
 
 GPT2 = dict(vocab_size=50257, block_size=1024, n_layer=12, n_head=12, n_embd=768)

@@ -13,7 +13,7 @@ import psutil
 import pytest
 
 from resgrad.cli import main
-from resgrad.lab.claims import claim_table, stream_growth
+from resgrad.lab.experiments import claim_table, stream_growth
 from resgrad.lab.flow import FlowConfig, measure, profile
 
 SRC = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "src"))

@@ -13,7 +13,10 @@ import pytest
 from resgrad.cli import main
 from resgrad.formats.checkpoint import Checkpoint, save_checkpoint
 from resgrad.formats.hf import export_hf
-from resgrad.lab import lesion, lesionruns, lesionstudy, lesiontables
+from resgrad.lab.lesion import interventions as lesion
+from resgrad.lab.lesion import measure as lesionstudy
+from resgrad.lab.lesion import runs as lesionruns
+from resgrad.lab.lesion import tables as lesiontables
 from resgrad.nn.model import GPT, GPTConfig
 from resgrad.train.bpe import char_tokenizer_json
 from resgrad.train.data import CharTokenizer

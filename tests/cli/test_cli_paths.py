@@ -13,8 +13,10 @@ import pytest
 from resgrad.cli import main
 from resgrad.formats.checkpoint import Checkpoint, save_checkpoint
 from resgrad.formats.hf import export_hf
-from resgrad.lab import budget, pathchains, paths
+from resgrad.lab import paths
 from resgrad.lab.lesson import StackConfig
+from resgrad.lab.paths import chains as pathchains
+from resgrad.lab.study import budget
 from resgrad.nn.model import GPT, GPTConfig
 from resgrad.train.bpe import char_tokenizer_json
 from resgrad.train.data import CharTokenizer
@@ -294,7 +296,9 @@ def test_every_count_that_multiplies_the_work_is_in_the_estimate(capsys, monkeyp
         seen.append(work.vjps)
         real(work, budget, what, more)
 
-    monkeypatch.setattr(budget, "require_time", spy)
+    import resgrad.lab.paths.study as paths_study  # where the study asks for its time
+
+    monkeypatch.setattr(paths_study, "require_time", spy)
     for extra in ([], ["--seeds", "3"], ["--veit", "2"], ["--depth", "8"]):
         assert main(["paths", "lesson", "--depth", "6", *extra, "--format", "csv"]) == 0
     capsys.readouterr()

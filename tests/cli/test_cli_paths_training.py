@@ -9,7 +9,7 @@ import math
 import pytest
 
 from resgrad.cli import main
-from resgrad.lab import pathruns
+from resgrad.lab.paths import study as pathruns
 from resgrad.train.data import read_text
 
 FLAGS = ["--n-layer", "2", "--n-head", "2", "--n-embd", "16", "--block-size", "16",

@@ -34,13 +34,15 @@ def no_work(monkeypatch):
     def boom(*a, **k):
         raise AssertionError("the work started before the plot's destination was checked")
 
-    from resgrad.lab import flow, lesionstudy, lesson, pathchains, sweep
+    from resgrad.lab import flow, lesson
+    from resgrad.lab.experiments import sweep
+    from resgrad.lab.lesion import measure as lesionstudy
+    from resgrad.lab.paths import chains as pathchains
 
     for mod, name in [(pathchains, "stack_chain"), (flow, "measure"), (flow, "lesson_plot_spec"),
                       (lesson, "depth_table"), (sweep, "run_grid"),
                       (lesionstudy, "lesson_study")]:  # fmt: skip
         monkeypatch.setattr(mod, name, boom)
-    monkeypatch.setattr("resgrad.cli.lesson_cmds.depth_table", boom)
 
 
 @pytest.mark.parametrize("command", sorted(COMMANDS))

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from resgrad.cli import main
-from resgrad.lab.claims import (
+from resgrad.lab.experiments import (
     ClaimRow,
     claim_table,
     format_claims,

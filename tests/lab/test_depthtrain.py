@@ -1,4 +1,4 @@
-"""The depth experiment on a real model (resgrad.lab.depthtrain)."""
+"""The depth experiment on a real model (resgrad.lab.experiments)."""
 
 import json
 import os
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from resgrad.cli import main
-from resgrad.lab.depthtrain import DepthTrainConfig
+from resgrad.lab.experiments import DepthTrainConfig
 
 
 def test_depth_train_cli_tiny(tmp_path, text_file, capsys):
@@ -41,7 +41,7 @@ def test_depth_train_of_zero_steps_draws_without_warnings(tmp_path, text_file, c
 
 
 def test_a_one_step_run_says_1_step_and_draws_its_points(tmp_path, text_file, monkeypatch):
-    import resgrad.lab.depthtrain as depthtrain
+    import resgrad.lab.experiments.depthtrain as depthtrain
 
     drawn, real = [], depthtrain.render_depth_plot
 
@@ -70,7 +70,7 @@ def test_the_recipe_and_the_summary_are_what_they_say(tmp_path, text_file):
     cfg = DepthTrainConfig(n_layer=2, n_head=2, n_embd=16, block_size=8, batch_size=2,
                            max_iters=3, eval_interval=3, eval_iters=1, data=text_file,
                            variants=("none", "pre-ln"), out_dir=str(tmp_path / "d"))  # fmt: skip
-    from resgrad.lab.depthtrain import depth_train
+    from resgrad.lab.experiments import depth_train
 
     summary = depth_train(cfg, progress=False, log=lambda s: None)
     for v in cfg.variants:

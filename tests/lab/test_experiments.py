@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from resgrad.formats.checkpoint import load_checkpoint
-from resgrad.lab import experiments as E
 from resgrad.lab.experiments import ExperimentConfig, run_experiment, summarize
+from resgrad.lab.experiments import experiment as E
 from resgrad.train.dynamics import read_dynamics
 from tests.listings import list_backwards
 

@@ -5,14 +5,16 @@ import re
 import numpy as np
 import pytest
 
-from resgrad.lab.explore import (
+from resgrad.lab.flow import (
+    FlowConfig,
     explore_figure,
     explore_grid,
     explore_records,
     explore_spec,
     gained_params,
+    measure,
+    profile,
 )
-from resgrad.lab.flow import FlowConfig, measure, profile
 from resgrad.lab.lesson import StackConfig, run_stack
 from resgrad.plots import make_figure, plotted_series
 

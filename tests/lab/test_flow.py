@@ -331,7 +331,7 @@ def test_deepnorm_keeps_the_stream_gradient_flat_post_ln_does_not():
     assert p.max() / p.min() < 1.3  # ~1.03
 
 
-# DeepNet's bounded model update and GPT-2's scaled init are measured by resgrad.lab.claims
+# DeepNet's bounded model update and GPT-2's scaled init are measured by resgrad.lab.experiments
 # (resgrad claims) and checked at every seed in tests/lab/test_claims.py.
 
 

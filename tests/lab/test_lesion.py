@@ -8,10 +8,14 @@ import math
 import numpy as np
 import pytest
 
-from resgrad.lab import lesion as ls
-from resgrad.lab import lesionfigs, lesionruns, lesionstudy, lesiontables, pathchains
+from resgrad.lab.lesion import figs as lesionfigs
+from resgrad.lab.lesion import interventions as ls
+from resgrad.lab.lesion import measure as lesionstudy
+from resgrad.lab.lesion import runs as lesionruns
+from resgrad.lab.lesion import tables as lesiontables
 from resgrad.lab.lesson import StackConfig, make_bank
-from resgrad.lab.realflow import text_windows
+from resgrad.lab.paths import chains as pathchains
+from resgrad.lab.study import text_windows
 from resgrad.nn.blocks import VARIANTS
 from resgrad.nn.layers import layernorm_forward
 from resgrad.nn.model import GPT, GPTConfig
@@ -130,7 +134,7 @@ def test_a_deleted_block_is_the_model_without_it(variant):
         x1, _ = mlp_forward(h, P["blocks.0.mlp.w_fc"], P["blocks.0.mlp.b_fc"],
                             P["blocks.0.mlp.w_proj"], P["blocks.0.mlp.b_proj"])  # fmt: skip
         rest = _renamed(m, [1, 2, 3])
-        from resgrad.lab.lesionstudy import _blocks_from, _head
+        from resgrad.lab.lesion.measure import _blocks_from, _head
 
         want = _head(rest, _blocks_from(rest, x1, ls.intact(3), 0))
         np.testing.assert_allclose(

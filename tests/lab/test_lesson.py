@@ -107,7 +107,7 @@ def test_config_is_frozen():
 
 
 def test_json_roundtrip_of_depth_rows():
-    from resgrad.cli.lesson_cmds import render_depth
+    from resgrad.lab.lesson import render_depth
 
     data = json.loads(render_depth(StackConfig(), "json", ratio=True))
     assert [r["depth"] for r in data["rows"]] == [1, 5, 10, 20]

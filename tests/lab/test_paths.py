@@ -8,8 +8,11 @@ import math
 import numpy as np
 import pytest
 
-from resgrad.lab import budget, pathchains, pathfigs, paths
 from resgrad.lab.lesson import StackConfig, run_stack
+from resgrad.lab.paths import chains as pathchains
+from resgrad.lab.paths import exact as paths
+from resgrad.lab.paths import figs as pathfigs
+from resgrad.lab.study import budget
 from resgrad.nn.blocks import VARIANTS
 from resgrad.nn.model import GPT, GPTConfig
 
@@ -422,7 +425,7 @@ def test_the_figure_refuses_what_it_cannot_draw():
 
 
 def test_model_veit_samples_each_seeds_windows():
-    from resgrad.lab.realflow import text_windows
+    from resgrad.lab.study import text_windows
 
     m = _model("pre-ln")
     ids = np.random.default_rng(5).integers(0, 13, size=200)

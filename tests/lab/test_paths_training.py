@@ -7,7 +7,9 @@ import shutil
 import numpy as np
 import pytest
 
-from resgrad.lab import pathruns, paths
+from resgrad.lab import study
+from resgrad.lab.paths import exact as paths
+from resgrad.lab.paths import study as pathruns
 from resgrad.train.config import TrainConfig
 from resgrad.train.data import read_text
 from resgrad.train.loop import train
@@ -92,16 +94,32 @@ def test_a_checkpoint_of_another_vocabulary_is_refused(run, tmp_path):
 
 
 def test_fits_sees_every_checkpoint_before_its_split(run):
-    seen = []
-    pathruns.run_checkpoint_paths(run.out_dir, read_text(run.data), seq=8, batch=2,
-                                  fits=seen.append)  # fmt: skip
-    assert [(c.n_layer, c.n_embd) for c in seen] == [(2, 16)] * 3
+    from resgrad.lab.study import every_checkpoint
 
-    def refuse(cfg):
-        raise MemoryError(f"L={cfg.n_layer} will not fit")
+    events = []
+
+    class Spy(pathruns.PathsStudy):
+        def fits(self, cfg):
+            events.append(("fits", cfg.n_layer, cfg.n_embd))
+            super().fits(cfg)
+
+        def run(self, model, ids, name="", tick=None):
+            events.append(("run",))
+            return super().run(model, ids, name, tick)
+
+    every_checkpoint(Spy(seq=8, batch=2, seeds=(0,)), [run.out_dir], read_text(run.data))
+    # the run's first checkpoint before anything, then each checkpoint before its split
+    assert events == [("fits", 2, 16)] + [("fits", 2, 16), ("run",)] * 3
+
+    class Refuse(pathruns.PathsStudy):
+        def fits(self, cfg):
+            raise MemoryError(f"L={cfg.n_layer} will not fit")
+
+        def run(self, model, ids, name="", tick=None):
+            raise AssertionError("a split ran")
 
     with pytest.raises(MemoryError, match="L=2 will not fit"):
-        pathruns.run_checkpoint_paths(run.out_dir, read_text(run.data), seq=8, batch=2, fits=refuse)
+        every_checkpoint(Refuse(seq=8, batch=2), [run.out_dir], read_text(run.data))
 
 
 # ----------------------------------------------------------------- several runs
@@ -110,7 +128,7 @@ def test_fits_sees_every_checkpoint_before_its_split(run):
 def _info(**kw):
     base = dict(scheme="pre-ln", depth=2, width=16, heads=2, vocabulary="3 characters 'abc'",
                 tokens="100 tokens, sha256 0123456789ab")  # fmt: skip
-    return pathruns.RunModel(**{**base, **kw})
+    return study.RunModel(**{**base, **kw})
 
 
 def _kept(run, shares, model=None):
@@ -160,7 +178,7 @@ def test_runs_that_differ_in_any_field_are_refused_naming_the_run_the_field_and_
     with pytest.raises(ValueError) as e:
         pathruns.across_runs([a, b, c])
     assert str(e.value) == (
-        f"run 'runs/c' has {pathruns.FIELD_NAMES[field]} {value}, run 'runs/a' "
+        f"run 'runs/c' has {study.runs.FIELD_NAMES[field]} {value}, run 'runs/a' "
         f"has {old}: only runs of one model on one text are compared"
     )
     assert len(pathruns.across_runs([a, b])) == 1
@@ -196,11 +214,11 @@ def test_plan_runs_refuses_unlike_runs_before_any_split(run, unlike, monkeypatch
 
     monkeypatch.setattr(pathruns, "model_splits", boom)
     text = read_text(run.data)
-    plans = pathruns.plan_runs([run.out_dir, unlike["same"]], text)
+    plans = study.plan_runs([run.out_dir, unlike["same"]], text)
     assert [len(p.kept) for p in plans] == [3, 1] and plans[0].model == plans[1].model
     assert plans[0].cfg.n_embd == 16 and plans[0].kept[0][0] == 0
     with pytest.raises(ValueError) as e:
-        pathruns.plan_runs([run.out_dir, unlike["same"], unlike[name]], text)
+        study.plan_runs([run.out_dir, unlike["same"], unlike[name]], text)
     assert str(e.value).startswith(f"run '{unlike[name]}' " + message.format(run=run.out_dir))
 
 
@@ -237,9 +255,7 @@ def test_a_vocabulary_is_told_apart_by_its_tokens_not_only_its_size():
     ids = np.arange(5)
 
     def vocab(v, tokenizer=None):
-        return pathruns.run_model(
-            cfg, SimpleNamespace(vocab=v, tokenizer=tokenizer), ids
-        ).vocabulary
+        return study.run_model(cfg, SimpleNamespace(vocab=v, tokenizer=tokenizer), ids).vocabulary
 
     assert vocab("abc") == "3 characters 'abc'" and vocab("abd") != vocab("abc")
     long = "".join(chr(c) for c in range(50, 100))  # 50 characters: named by their hash

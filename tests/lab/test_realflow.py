@@ -4,7 +4,8 @@ recomputed by hand from the model's own forward and backward passes."""
 import numpy as np
 import pytest
 
-from resgrad.lab.realflow import measure_model, text_windows
+from resgrad.lab.flow import measure_model
+from resgrad.lab.study import text_windows
 from resgrad.nn.model import GPT, GPTConfig
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from resgrad.cli import main
-from resgrad.lab.runs import QUANTITIES, compare_figure, dynamics_figure, run_labels
+from resgrad.lab.experiments import QUANTITIES, compare_figure, dynamics_figure, run_labels
 from resgrad.train.config import TrainConfig
 from resgrad.train.dynamics import DYNAMICS_BIN, read_dynamics
 from resgrad.train.loop import train
@@ -62,7 +62,7 @@ def test_compare_labels_runs_by_what_differs(runs):
 def test_compare_names_the_runs_below_the_panels_however_long_their_labels(runs, monkeypatch):
     """Runs that differ in many settings: their labels wrap in one key under the panels,
     inside the figure, instead of a legend in each panel running over the curves."""
-    from resgrad.lab import runs as R
+    from resgrad.lab.experiments import compare as R
 
     long = [", ".join(f"setting_{k}={k * (j + 1)}" for k in range(12)) for j in range(2)]
     monkeypatch.setattr(R, "run_labels", lambda configs, dirs: long)

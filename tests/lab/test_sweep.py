@@ -6,17 +6,18 @@ import time
 import numpy as np
 import pytest
 
-from resgrad.lab import sweep
-from resgrad.lab.flow import FlowConfig, profile
-from resgrad.lab.sweep import (
+from resgrad.lab.experiments import (
     ROW_FIELDS,
     SweepConfig,
+    grid,
     point_key,
     run_point,
     run_sweep,
     sidecar_path,
+    sweep,
     sweep_plot_spec,
 )
+from resgrad.lab.flow import FlowConfig, profile
 from resgrad.plots import make_figure, plotted_series
 from tests.listings import list_backwards
 
@@ -434,7 +435,7 @@ def test_rows_are_in_grid_order_whatever_order_the_points_finished_in(tmp_path, 
 
     def finished_backwards(*args, **kwargs):
         grid = real(*args, **kwargs)
-        return sweep.GridResult(dict(reversed(grid.done.items())), grid.computed, grid.resumed)
+        return grid.GridResult(dict(reversed(grid.done.items())), grid.computed, grid.resumed)
 
     monkeypatch.setattr(sweep, "run_grid", finished_backwards)
     assert run_sweep(SMALL, tmp_path / "b.csv", jobs=1, progress=False).rows == whole.rows
@@ -517,17 +518,17 @@ def test_each_bound_of_the_grid_just_inside_and_just_outside(kwargs, ok):
 def test_the_backend_bounds_just_inside_and_just_outside(kwargs, ok):
     args = {"jobs": 2, "backend": "loky", "scheduler": None, "connect_timeout": 5.0, **kwargs}
     if ok:
-        assert sweep.check_backend(**args) == args["jobs"]
+        assert grid.check_backend(**args) == args["jobs"]
     else:
         with pytest.raises(ValueError, match=next(iter(kwargs))):
-            sweep.check_backend(**args)
+            grid.check_backend(**args)
 
 
 # the worker side of a local grid, in a process of its own: its parent forks it and dies
 # before its task begins ("before"), or while it runs ("during")
 _ORPHAN = r"""
 import os, sys, time
-from resgrad.lab import sweep
+from resgrad.lab.experiments import grid
 marker, when = sys.argv[1], sys.argv[2]
 
 def job(seconds):
@@ -548,7 +549,7 @@ sys.stdout.close()
 if when == "before":
     while os.getppid() == parent:  # orphaned: adopted by init or a subreaper
         time.sleep(0.01)
-sweep._keyed(job, "key", 5.0, parent)
+grid._keyed(job, "key", 5.0, parent)
 open(marker + ".returned", "w").close()
 """
 

@@ -94,8 +94,7 @@ def test_the_paths_estimate_bounds_the_split_of_a_float32_model(L, C, H, T, B, V
 
 @pytest.mark.parametrize("N, C, B, S", [(20, 16, 4, 3), (200, 16, 4, 1), (50, 64, 8, 2)])
 def test_the_lesson_paths_estimate_bounds_its_split(N, C, B, S):
-    from resgrad.lab.pathchains import stack_chain
-    from resgrad.lab.paths import split
+    from resgrad.lab.paths import split, stack_chain
 
     def run():
         chains = [stack_chain(StackConfig(depths=(N,), width=C, batch=B, seed=s))

@@ -482,7 +482,7 @@ def test_an_experiment_cell_killed_before_its_checkpoint_runs_again(tmp_path, te
 def test_experiment_cells_log_to_the_experiments_project_unless_one_is_given(
     tmp_path, text_file, monkeypatch, given, project
 ):
-    import resgrad.lab.experiments as experiments
+    import resgrad.lab.experiments.experiment as experiments
 
     seen = []
 

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import os
 import re
 import sys
-from collections.abc import Sequence
 from typing import NoReturn
 
-from resgrad.formats.records import to_csv, to_json
-from resgrad.lab.budget import TIME_BUDGET_S
+from resgrad.lab.study import TIME_BUDGET_S
+from resgrad.train.bpe import KINDS
+from resgrad.train.loop import TrainingDiverged
 from resgrad.train.trackers import LOG_TO, LogConfig, check_log_dir, require
 
 
@@ -187,6 +188,18 @@ def _distinct(values: tuple, text: str) -> tuple:
     return values
 
 
+def one_of(choices: tuple[str, ...]):
+    """A flag type for one name of ``choices``, refused in the words of :func:`name_list`'s
+    lists rather than argparse's "invalid choice" (``--tokenizer``)."""
+
+    def parse(text: str) -> str:
+        if text not in choices:
+            raise argparse.ArgumentTypeError(f"expected one of {', '.join(choices)}, got {text!r}")
+        return text
+
+    return parse
+
+
 int_list = list_of(positive_int, "positive integers")  # e.g. depths 1,5,10,20
 nonneg_int_list = list_of(nonneg_int, "non-negative integers")  # e.g. blocks 0,5,11
 positive_float_list = list_of(positive_float, "positive numbers")  # e.g. learning rates
@@ -207,6 +220,40 @@ def name_list(choices: tuple[str, ...]):
         return _distinct(tuple(parts), text)
 
     return parse
+
+
+def field(flag: str) -> str:
+    """The attribute a ``--flag-name`` sets: ``flag_name``."""
+    return flag[2:].replace("-", "_")
+
+
+def given(args: argparse.Namespace, table) -> dict:
+    """The settings that the flags of ``table`` (rows whose first item is a flag, declared
+    with default None) were given, by field name; a flag left out keeps the library's
+    default (a resumed run's: the checkpoint's)."""
+    values = {field(row[0]): getattr(args, field(row[0])) for row in table}
+    return {k: v for k, v in values.items() if v is not None}
+
+
+def config_from(args: argparse.Namespace, cls):
+    """The dataclass ``cls`` built from the parsed flags named after its fields."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{k: v for k, v in vars(args).items() if k in names})
+
+
+def flag_names(fields) -> tuple[str, ...]:
+    """The ``--flag-name`` of every field (``flag_name``), in order."""
+    return tuple("--" + k.replace("_", "-") for k in fields)
+
+
+def unless_diverged(command: str, fn, *args, **kwargs):
+    """Call fn (a training); a divergence is reported on one line and gives None (the
+    caller exits 1)."""
+    try:
+        return fn(*args, **kwargs)
+    except TrainingDiverged as e:
+        print(f"resgrad {command}: {e}", file=sys.stderr)
+        return None
 
 
 def add_threads(p: argparse.ArgumentParser, default_note: str = "") -> None:
@@ -274,14 +321,6 @@ def log_config(args: argparse.Namespace) -> LogConfig:
     return log
 
 
-def render_rows(rows: Sequence, keys: Sequence[str], fmt: str, meta: dict | None = None) -> str:
-    """Result rows (objects with attributes ``keys``) as JSON (with ``meta``) or CSV."""
-    dicts = [{k: getattr(r, k) for k in keys} for r in rows]
-    if fmt == "json":
-        return to_json(dicts, keys, meta=meta, indent=2)
-    return to_csv(dicts, keys)
-
-
 def add_model_input(p: argparse.ArgumentParser) -> None:
     """The flags of a command that reads a SOURCE model on text windows, or the lesson's
     stack (``paths``, ``lesion``): ``--text --meta --best --seq --batch --seeds --depth
@@ -306,7 +345,7 @@ def add_model_input(p: argparse.ArgumentParser) -> None:
 
 def add_study_output(p: argparse.ArgumentParser, what: str, formats: tuple[str, ...]) -> None:
     """The flags ``paths`` and ``lesion`` share after their own: ``--every-checkpoint``,
-    ``--format`` and ``--budget`` (the default :data:`resgrad.lab.budget.TIME_BUDGET_S`),
+    ``--format`` and ``--budget`` (the default :data:`resgrad.lab.study.budget.TIME_BUDGET_S`),
     described once; ``what`` names the command's result ("the split", "the study")."""
     p.add_argument(
         "--every-checkpoint",
@@ -326,4 +365,73 @@ def add_study_output(p: argparse.ArgumentParser, what: str, formats: tuple[str, 
         help="refuse, before it starts, work estimated to take longer than this (default: "
         f"{TIME_BUDGET_S:.0f}); the refusal says how long it would take and the budget to "
         "give it. Work estimated over a few seconds shows a progress bar on a terminal",
+    )
+
+
+# flag -> (TrainConfig field, type, help); nanoGPT's names with dashes. ``resgrad train``
+# offers them all; ``resgrad depth-train`` some, with the same help where it says no other
+TRAIN_FLAGS = [
+    ("--n-layer", positive_int, "transformer blocks L"),
+    ("--n-head", positive_int, "attention heads H (must divide --n-embd)"),
+    ("--n-embd", positive_int, "width C of the residual stream"),
+    ("--block-size", positive_int, "context length T"),
+    ("--batch-size", positive_int, "sequences per step B"),
+    ("--max-iters", nonneg_int, "total optimizer steps"),
+    ("--lr", positive_float, "peak learning rate"),
+    ("--min-lr", finite_float, "learning rate at the end of the cosine decay"),
+    ("--warmup-iters", nonneg_int, "steps of linear warmup"),
+    ("--lr-decay-iters", positive_int, "step where the cosine reaches --min-lr"),
+    ("--weight-decay", finite_float, "AdamW decoupled weight decay (2-D weights only)"),
+    ("--beta1", finite_float, "AdamW beta1"),
+    ("--beta2", finite_float, "AdamW beta2"),
+    ("--grad-clip", finite_float, "clip the global gradient norm to this (0: off)"),
+    ("--dropout", finite_float, "dropout probability in [0, 1)"),
+    ("--eval-interval", positive_int, "steps between evaluations and checkpoints"),
+    ("--eval-iters", positive_int, "batches per split in each evaluation"),
+    ("--variant", None, "residual scheme; 'none' removes the + x path"),
+    ("--init", None, "weight initialization"),
+    ("--activation", None, "the MLP's GELU: gelu_tanh, GPT-2's tanh form; gelu, the exact "
+     "erf form (nanoGPT's nn.GELU())"),
+    ("--seed", seed, "seed of the init, batches and dropout"),
+    ("--data", str, "a UTF-8 text file (default: the Python reference manual, built in)"),
+    ("--tokenizer", one_of(KINDS), "char: one token per character; bpe: a byte-level BPE "
+     "trained on the data"),
+    ("--vocab-size", positive_int, "tokens of the BPE (>= 256), with --tokenizer bpe"),
+    ("--init-from", str, "fine-tune a pretrained GPT-2: hub name (gpt2), directory or ckpt.pt"),
+    ("--meta", str, "nanoGPT's meta.pkl, the vocabulary of an --init-from ckpt.pt "
+     "(default: data/<its dataset>/meta.pkl, as nanoGPT's sample.py finds it)"),
+    ("--shards", positive_int, "compute each batch as this many shards on threads, "
+     "gradients summed; changes only rounding (1: the plain pass)"),
+    ("--keep-every", nonneg_int, "also keep the checkpoint ckpt-<iter>.ckpt every "
+     "this many steps and at the end, for resgrad paths --every-checkpoint (0: none)"),
+]  # fmt: skip
+
+
+def add_flow_sizes(p: argparse.ArgumentParser, d, single: bool) -> None:
+    """The sizes of ``flow`` (``single``: with --depth and --width) and ``sweep``: --heads,
+    --seq, --batch, --init, --loss, their defaults from FlowConfig ``d``."""
+    from resgrad.lab.flow import LOSSES
+    from resgrad.nn.blocks import INITS
+
+    if single:
+        p.add_argument(
+            "--depth", type=positive_int, default=d.depth, help=f"L (default: {d.depth})"
+        )
+        p.add_argument(
+            "--width", type=positive_int, default=d.width, help=f"C (default: {d.width})"
+        )
+    p.add_argument(
+        "--heads", type=positive_int, default=d.heads, help=f"H (default: {d.heads})"
+    )
+    p.add_argument("--seq", type=positive_int, default=d.seq, help=f"T (default: {d.seq})")
+    p.add_argument(
+        "--batch", type=positive_int, default=d.batch, help=f"B (default: {d.batch})"
+    )
+    p.add_argument("--init", choices=INITS, default=d.init, help=f"default: {d.init}")
+    p.add_argument(
+        "--loss",
+        choices=LOSSES,
+        default=d.loss,
+        help="ones: the lesson's upstream gradient of ones; randn: a fixed Gaussian one; "
+        "lm: a whole GPT's cross-entropy on random tokens (default: lm)",
     )

@@ -8,10 +8,9 @@ from resgrad.cli import _common
 from resgrad.perf.bench import (
     ALL_CONFIGS,
     BENCH_CONFIGS,
-    format_row,
     machine_header,
     matmul_peak_gflops,
-    resgrad_figures,
+    time_configs,
 )
 from resgrad.perf.heap import keep_freed_memory
 
@@ -41,12 +40,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_bench)
 
 
+def _say(text: str) -> None:
+    print(text, flush=True)  # each config's figures as soon as they are measured
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     peak = matmul_peak_gflops()
     print(machine_header(peak, keep_freed_memory()))  # main() applied it; True again if it took
     names = ALL_CONFIGS if args.config == "all" else [args.config]
-    for name in names:
-        peak = max(peak, matmul_peak_gflops())  # the best reading so far
-        row = resgrad_figures(BENCH_CONFIGS[name], args.steps, peak) | {"peak_gflops": peak}
-        print(format_row(row), flush=True)
+    time_configs(names, args.steps, peak, say=_say)
     return 0

@@ -6,9 +6,7 @@ import argparse
 
 from resgrad.cli import _common
 from resgrad.nn.blocks import VARIANTS
-from resgrad.verify.selfcheck import EPS, HEADER, RTOL, block_checks, layer_checks, model_checks
-
-PARTS = ("layers", "blocks", "model")
+from resgrad.verify.selfcheck import EPS, PARTS, RTOL, render_checks, run_checks
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -44,20 +42,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    rows = []
-    if "layers" in args.only:
-        rows += layer_checks(args.seed)
-    if "blocks" in args.only:
-        rows += block_checks(args.seed, args.variants)
-    if "model" in args.only:
-        rows += model_checks(args.seed, args.variants)
-    print(HEADER)
-    for r in rows:
-        print(r.row())
-    failed = [r for r in rows if not r.passed]
-    worst = max(r.max_error for r in rows)
-    if failed:
-        print(f"FAIL: {len(failed)} of {len(rows)} checks above {RTOL:g} (dtype float64)")
-        return 1
-    print(f"all {len(rows)} checks passed: max relative error {worst:.2e} <= {RTOL:g} (float64)")
-    return 0
+    text, ok = render_checks(run_checks(args.seed, args.variants, args.only))
+    print(text, end="")
+    return 0 if ok else 1

@@ -2,7 +2,9 @@
 
 One writer for every table resgrad emits (the lesson's depth table, flow
 records, sweep rows), so that the formats agree: floats by ``repr`` (they
-round-trip exactly), None as an empty CSV cell or JSON null.
+round-trip exactly), None as an empty CSV cell or JSON null. :func:`render_rows`
+writes result objects (rows with attributes) in the format a command's ``--format``
+names.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import io
 import json
 from collections.abc import Mapping, Sequence
 
-__all__ = ["to_csv", "to_json"]
+__all__ = ["render_rows", "to_csv", "to_json"]
 
 
 def _cell(v: object) -> object:
@@ -40,3 +42,12 @@ def to_json(
     if meta is not None:
         data = {**meta, "rows": data}
     return json.dumps(data, indent=indent) + "\n"
+
+
+def render_rows(rows: Sequence, keys: Sequence[str], fmt: str, meta: Mapping | None = None) -> str:
+    """Result rows (objects with attributes ``keys``) as JSON (``fmt`` ``"json"``, with
+    ``meta``) or CSV (any other ``fmt``)."""
+    dicts = [{k: getattr(r, k) for k in keys} for r in rows]
+    if fmt == "json":
+        return to_json(dicts, keys, meta=meta, indent=2)
+    return to_csv(dicts, keys)

@@ -18,7 +18,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 
@@ -48,6 +48,7 @@ __all__ = [
     "resgrad_probe_argv",
     "resgrad_stepper",
     "settle",
+    "time_configs",
     "time_steps",
 ]
 
@@ -356,6 +357,21 @@ def figures(times: list[float], cfg: BenchConfig, flops_per_step: int, peak: flo
         1e3 * med, cfg.tokens_per_step / med, gflops, gflops / peak, 1e3 * min(times),
         1e3 * max(times),
     )  # fmt: skip
+
+
+def time_configs(
+    names: Sequence[str], steps: int, peak: float, say: Callable[[str], None]
+) -> list[dict]:
+    """Time resgrad's step on each config of ``names`` in turn (``resgrad bench``), each with
+    the best matmul peak read so far (read again before it), and ``say`` its figures
+    (:func:`format_row`) as soon as they are measured; returns the rows."""
+    rows = []
+    for name in names:
+        peak = max(peak, matmul_peak_gflops())  # the best reading so far
+        row = resgrad_figures(BENCH_CONFIGS[name], steps, peak) | {"peak_gflops": peak}
+        say(format_row(row))
+        rows.append(row)
+    return rows
 
 
 def machine_header(peak: float, heap_kept: bool | None = None) -> str:

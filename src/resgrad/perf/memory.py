@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import os
 
-from resgrad.lab.flow import LESSON_VARIANTS, FlowConfig
 from resgrad.nn.model import GPTConfig
 from resgrad.train.config import TrainConfig
 
@@ -57,6 +56,8 @@ __all__ = [
     "paths_bytes",
     "pretrained_flow_bytes",
     "require",
+    "require_sample",
+    "require_train",
     "sample_bytes",
     "train_bytes",
 ]
@@ -133,9 +134,9 @@ def lesson_gradcheck_bytes(blocks: int, C: int, rows: int) -> int:
     return 8 * (3 * blocks * C * C + 10 * rows * C)
 
 
-def flow_bytes(cfg: FlowConfig) -> int:
+def flow_bytes(cfg) -> int:
     """Upper estimate for measuring one stack of the gradient-flow lab (one seed at a time)."""
-    if cfg.variant in LESSON_VARIANTS:
+    if cfg.variant.startswith("lesson-"):  # flow's LESSON_VARIANTS: the lesson's tanh stack
         return lesson_stack_bytes(cfg.depth, cfg.width, cfg.batch)
     return gpt_bytes(cfg.depth, cfg.width, cfg.heads, cfg.seq, cfg.batch, cfg.vocab, 8, 4)
 
@@ -161,6 +162,15 @@ def train_bytes(cfg: TrainConfig, model: GPTConfig | None = None) -> int:
     return weights + 14 * chars
 
 
+def require_train(cfg: TrainConfig, model: GPTConfig | None = None) -> None:
+    """:func:`require` for the training run ``cfg``: at once with ``cfg``'s shape, and again
+    with a pretrained ``model``'s once it is known (the trainer's ``fits``, bound to ``cfg``)."""
+    m = model or cfg  # the pretrained model's shape, once known
+    require(train_bytes(cfg, model),
+            f"this training run (L={m.n_layer} C={m.n_embd} T={cfg.block_size} "
+            f"B={cfg.batch_size})")  # fmt: skip
+
+
 def sample_bytes(m: GPTConfig, itemsize: int = 4) -> int:
     """Upper estimate for sampling a loaded model (``sample --from-pretrained``): the file's
     arrays and the model's (2*P), the KV cache of its whole context (2*L*T*C), and one
@@ -168,6 +178,12 @@ def sample_bytes(m: GPTConfig, itemsize: int = 4) -> int:
     L, C, H, T, V = m.n_layer, m.n_embd, m.n_head, m.block_size, m.vocab_size
     P = gpt_params(L, C, T, V)
     return itemsize * (2 * P + 2 * L * T * C + 32 * T * C + 4 * H * T * T + 3 * T * V)
+
+
+def require_sample(m: GPTConfig) -> None:
+    """:func:`require` for sampling the loaded model of shape ``m`` (``resgrad sample``)."""
+    require(sample_bytes(m), f"this model (L={m.n_layer} C={m.n_embd} V={m.vocab_size} "
+            f"T={m.block_size})")  # fmt: skip
 
 
 def pretrained_flow_bytes(m: GPTConfig, seq: int, batch: int, itemsize: int = 4) -> int:

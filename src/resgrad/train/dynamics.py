@@ -60,8 +60,10 @@ __all__ = [
     "Dynamics",
     "DynamicsMonitor",
     "DynamicsWriter",
+    "damage_report",
     "param_kind",
     "read_dynamics",
+    "read_runs",
     "make_record",
     "record_dtype",
     "rms",
@@ -205,7 +207,7 @@ class DynamicsWriter:
         starts it afresh at ``start`` (the checkpoint is the source of truth).
     config : dict, optional
         The run's settings, kept in the header so that runs can be compared
-        (:mod:`resgrad.lab.runs`) without opening their checkpoints.
+        (:mod:`resgrad.lab.experiments`) without opening their checkpoints.
     """
 
     def __init__(
@@ -282,6 +284,14 @@ class Dynamics:
     def __getitem__(self, name: str) -> np.ndarray:
         return self.records[name]
 
+    def describe(self) -> str:
+        """What was read, in words: ``'N steps of L blocks'``, and a torn last record's
+        bytes if one was ignored."""
+        n, L = len(self.steps), self.n_layer
+        torn = f"; a torn last record, {self.torn_bytes} bytes, was ignored"
+        torn = torn if self.torn_bytes else ""
+        return f"{n} step{'s' * (n != 1)} of {L} block{'s' * (L != 1)}{torn}"
+
 
 def read_dynamics(run_dir: str | os.PathLike) -> Dynamics:
     """The dynamics records of the run in ``run_dir``.
@@ -331,6 +341,17 @@ def read_dynamics(run_dir: str | os.PathLike) -> Dynamics:
         damage += f"kept the first {kept}"
     config = head.get("config") if isinstance(head.get("config"), dict) else {}
     return Dynamics(run_dir, head["n_layer"], records[:kept], int(torn), config, damage)
+
+
+def read_runs(run_dirs: Sequence[str | os.PathLike]) -> list[Dynamics]:
+    """:func:`read_dynamics` of every run directory, in order."""
+    return [read_dynamics(d) for d in run_dirs]
+
+
+def damage_report(runs: Sequence[Dynamics], prefix: str) -> str:
+    """One line ``'<prefix>: <run_dir>: <damage>'`` per run whose records are damaged (the
+    records before the damage were read), in order; ``''`` when none is."""
+    return "".join(f"{prefix}: {d.run_dir}: {d.damage}\n" for d in runs if d.damage)
 
 
 def _header_dtype(head: dict, head_path: str) -> np.dtype:

@@ -43,6 +43,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -78,6 +79,7 @@ __all__ = [
     "load_model",
     "sample_text",
     "sample_token",
+    "to_stdout",
     "token_flops",
 ]
 
@@ -520,6 +522,13 @@ def load_model(
     for k, v in ckpt.params.items():
         model.params[k][...] = v
     return model, tok, ckpt
+
+
+def to_stdout(text: str) -> None:
+    """An ``on_text`` that prints each piece at once, as it is drawn (``resgrad sample``):
+    an interrupt keeps on screen what was generated."""
+    sys.stdout.write(text)
+    sys.stdout.flush()
 
 
 def sample_text(

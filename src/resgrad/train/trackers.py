@@ -96,6 +96,7 @@ __all__ = [
     "config_for",
     "eval_scalars",
     "export_many",
+    "export_runs",
     "export_tensorboard",
     "histogram",
     "open_trackers",
@@ -615,6 +616,22 @@ def export_many(cells: Sequence[tuple[str, str]], logdir: str, *,
         for name, run_dir in cells:
             done.append(_export_run(run_dir, os.path.join(stage, name)))
     return [e._replace(path=os.path.join(logdir, n)) for e, (n, _) in zip(done, cells)]
+
+
+def export_runs(run_dir: str, logdir: str, *, force: bool = False,
+                on_export: Callable[[Exported], None] | None = None) -> list[Exported]:  # fmt: skip
+    """Export ``run_dir`` into ``logdir``: a training run (:func:`export_tensorboard`, into
+    ``logdir/<run name>``), or an experiment's directory, every cell with records
+    (:func:`cell_dirs`) into ``logdir/<cell>`` (:func:`export_many`). ``on_export`` then
+    receives what was written for each run, in order."""
+    cells = cell_dirs(run_dir) if not os.path.exists(
+        os.path.join(run_dir, DYNAMICS_HEADER)) else []  # fmt: skip
+    done = export_many(cells, logdir, force=force) if cells else [
+        export_tensorboard(run_dir, logdir, force=force)]  # fmt: skip
+    if on_export is not None:
+        for e in done:
+            on_export(e)
+    return done
 
 
 def _export_run(run_dir: str, logdir: str) -> Exported:

@@ -66,6 +66,7 @@ from resgrad.verify.gradcheck import check_gradients, relative_error
 __all__ = [
     "EPS",
     "HEADER",
+    "PARTS",
     "RTOL",
     "CheckResult",
     "block_checks",
@@ -73,9 +74,11 @@ __all__ = [
     "layer_checks",
     "model_checks",
     "randomize_params",
+    "render_checks",
     "run_checks",
 ]
 
+PARTS = ("layers", "blocks", "model")  # what run_checks checks, in order
 RTOL = 1e-7  # the bar on the relative error
 EPS = 1e-5  # central-difference step: truncation ~eps^2 stays far below rtol, rounding ~1/eps
 FLOORS = 4.0  # atol = FLOORS * eps_mach * sum|out * dout| / eps
@@ -497,6 +500,31 @@ def model_checks(
     return rows
 
 
-def run_checks(seed: int = 0, variants: tuple[str, ...] = VARIANTS) -> list[CheckResult]:
-    """Everything ``resgrad check`` prints: layers, blocks, then the whole GPT."""
-    return layer_checks(seed) + block_checks(seed, variants) + model_checks(seed, variants)
+def run_checks(
+    seed: int = 0, variants: tuple[str, ...] = VARIANTS, parts: tuple[str, ...] = PARTS
+) -> list[CheckResult]:
+    """Everything ``resgrad check`` prints: layers, blocks, then the whole GPT (those of
+    them that ``parts`` names)."""
+    rows = []
+    if "layers" in parts:
+        rows += layer_checks(seed)
+    if "blocks" in parts:
+        rows += block_checks(seed, variants)
+    if "model" in parts:
+        rows += model_checks(seed, variants)
+    return rows
+
+
+def render_checks(rows: list[CheckResult]) -> tuple[str, bool]:
+    """The checks as ``resgrad check`` prints them, HEADER, a row each and a verdict, and
+    whether every one passed."""
+    failed = [r for r in rows if not r.passed]
+    worst = max(r.max_error for r in rows)
+    lines = [HEADER, *(r.row() for r in rows)]
+    if failed:
+        lines.append(f"FAIL: {len(failed)} of {len(rows)} checks above {RTOL:g} (dtype float64)")
+    else:
+        lines.append(
+            f"all {len(rows)} checks passed: max relative error {worst:.2e} <= {RTOL:g} (float64)"
+        )
+    return "\n".join(lines) + "\n", not failed

@@ -1,0 +1,1 @@
+"""The mutants, one file per area: each defines MUTANTS, a list of mutation.Mutant."""

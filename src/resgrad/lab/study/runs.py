@@ -1,0 +1,148 @@
+"""Runs compared: what runs (or one run's checkpoints) share, read before any work.
+
+Runs (or one run's checkpoints) are compared only when they share their scheme, shape,
+vocabulary and text tokens (:class:`RunModel`, :func:`check_comparable`): the one refusal
+of unlike runs, for every study. Legend: R = runs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+
+# --------------------------------------------------------------------------- through training
+
+
+class RunModel(NamedTuple):
+    """What runs (or one run's checkpoints) must share for their splits to be compared:
+    the model's scheme and shape, its vocabulary, and the token ids of the text the
+    windows are drawn from (the same windows are the same token ids)."""
+
+    scheme: str  # GPTConfig.variant: pre-ln, post-ln, ...
+    depth: int  # n_layer
+    width: int  # n_embd
+    heads: int  # n_head
+    vocabulary: str  # described: "20 characters 'abc...'", "bpe of 512 tokens (sha256 ...)"
+    tokens: str  # the text under that vocabulary: "1,000 tokens, sha256 0123456789ab"
+
+
+FIELD_NAMES = {
+    "scheme": "scheme", "depth": "depth (n_layer)", "width": "width (n_embd)",
+    "heads": "heads (n_head)", "vocabulary": "vocabulary", "tokens": "the text's token ids",
+}  # fmt: skip
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()[:12]
+
+
+def run_model(cfg, ckpt, ids: np.ndarray | None) -> RunModel:
+    """The :class:`RunModel` of a checkpoint (its GPTConfig ``cfg`` and its
+    :class:`~resgrad.formats.checkpoint.Checkpoint`) and of the text's token ``ids`` (N,);
+    ``tokens`` is ``""`` without them (the model compared before the text is encoded)."""
+    kind = "char" if ckpt.tokenizer is None else str(ckpt.tokenizer.get("kind"))
+    if kind == "char":
+        v = ckpt.vocab
+        vocab = (f"{len(v)} characters {v!r}" if len(v) <= 40
+                 else f"{len(v)} characters (sha256 {_sha(v.encode())})")  # fmt: skip
+    else:
+        record = json.dumps(ckpt.tokenizer, sort_keys=True).encode()
+        vocab = f"{kind} of {cfg.vocab_size} tokens (sha256 {_sha(record)})"
+    tokens = ""
+    if ids is not None:
+        ids = np.ascontiguousarray(ids, dtype=np.int64)  # (N,)
+        tokens = f"{len(ids):,} tokens, sha256 {_sha(ids.tobytes())}"
+    return RunModel(cfg.variant, cfg.n_layer, cfg.n_embd, cfg.n_head, vocab, tokens)
+
+
+def check_comparable(
+    models: Sequence[tuple[str, RunModel]], kind: str = "run", why: str = ""
+) -> None:
+    """Refuse, in one line, ``(name, RunModel)`` pairs that differ from the first in any field.
+
+    The message names the ``kind`` ("run", "checkpoint") and name that differs, the
+    field, both values, and ``why`` they must not differ (by default: only runs of one
+    model on one text are compared).
+
+    Raises
+    ------
+    ValueError
+    """
+    if not models:
+        return
+    name0, m0 = models[0]
+    for name, m in models[1:]:
+        for field in RunModel._fields:
+            a, b = getattr(m0, field), getattr(m, field)
+            if a != b:
+                raise ValueError(
+                    f"{kind} {name!r} has {FIELD_NAMES[field]} {b}, {kind} {name0!r} has {a}: "
+                    + (why or f"only {kind}s of one model on one text are compared")
+                )
+
+
+class RunPlan(NamedTuple):
+    """A run directory read before any split: what it kept and its first checkpoint's model."""
+
+    run_dir: str
+    kept: list[tuple[int, str]]  # (iteration, path), by iteration
+    cfg: Any  # the GPTConfig of its first kept checkpoint
+    model: RunModel
+
+
+def _kept(run_dir: str) -> list[tuple[int, str]]:
+    """The checkpoints a run directory kept; refused in one line if none."""
+    from resgrad.train.rundir import kept_checkpoints
+
+    if not os.path.isdir(run_dir):
+        raise NotADirectoryError(f"{run_dir!r} is not a directory (expected a training run's)")
+    kept = kept_checkpoints(run_dir)
+    if not kept:
+        raise ValueError(f"{run_dir!r} keeps no checkpoint per step (ckpt-<iter>.ckpt); "
+                         "train it with --keep-every N")  # fmt: skip
+    return kept
+
+
+def plan_runs(run_dirs: Sequence[str], text: str | None = None) -> list[RunPlan]:
+    """Read each run's first kept checkpoint (not its splits): what
+    :func:`run_checkpoint_paths` of each, and :func:`across_runs` of them all, will do.
+
+    For the checks a caller makes before the work (the model's size, the time it takes)
+    and the one made here: runs of another scheme, depth, width, heads, vocabulary or
+    text tokens than the first are refused before any split (:func:`check_comparable`).
+
+    Raises
+    ------
+    ValueError, OSError
+        As :func:`run_checkpoint_paths`; or runs that cannot be compared.
+    """
+    from resgrad.train.data import default_corpus
+    from resgrad.train.sample import load_model
+
+    text = default_corpus() if text is None else text
+    plans: list[RunPlan] = []
+    for d in run_dirs:
+        kept = _kept(d)
+        model, tok, ckpt = load_model(kept[0][1])
+        # the model and its vocabulary first: another vocabulary may not encode the text
+        named = [(p.run_dir, p.model._replace(tokens="")) for p in plans[:1]]
+        check_comparable([*named, (d, run_model(model.cfg, ckpt, None))], "run")
+        plans.append(RunPlan(d, kept, model.cfg, run_model(model.cfg, ckpt, tok.encode(text))))
+        check_comparable([(p.run_dir, p.model) for p in (plans[0], plans[-1])], "run")
+        del model
+    return plans
+
+
+def describe_model(cfg, ids: np.ndarray, vocabulary: str | None = None) -> RunModel:
+    """What runs must share to be compared (:class:`resgrad.lab.study.runs.RunModel`): the
+    scheme and shape of ``cfg``, the vocabulary (described; by default its size) and the
+    text's token ids ``ids`` (N,)."""
+    ids = np.ascontiguousarray(ids, dtype=np.int64)  # (N,)
+    tokens = f"{len(ids):,} tokens, sha256 {hashlib.sha256(ids.tobytes()).hexdigest()[:12]}"
+    vocab = f"{cfg.vocab_size} tokens" if vocabulary is None else vocabulary
+    return RunModel(cfg.variant, cfg.n_layer, cfg.n_embd, cfg.n_head, vocab, tokens)
