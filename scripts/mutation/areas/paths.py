@@ -117,7 +117,7 @@ MUTANTS = [
            "tick(len(D))  # one branch VJP per key", "tick(1)  # one branch VJP per key",
            LAB, "bounds"),
     Mutant("paths: Veit ticks one VJP a sample", P,
-           "            if tick is not None:\n                tick(k)\n",
+           "            if tick is not None:  # a path that does not exist took no VJP\n                tick(k if _exists(chain, _branch_set(chain, S)) else 0)\n",
            "            if tick is not None:\n                tick(1)\n", LAB, "bounds"),
     Mutant("paths: a short job shows a bar too", BUDGET,
            "disable = None if seconds > PROGRESS_AFTER_S else True  # None: on a terminal",

@@ -290,6 +290,8 @@ def path_gradient(chain: Chain, branches: Iterable[int]) -> np.ndarray:
         Zero where the path needs a skip that the scheme lacks (``none``, a plain stack).
     """
     S = _branch_set(chain, branches)
+    if not _exists(chain, S):
+        return np.zeros_like(chain.dtop)  # no skip where it leaves a branch: no such path
     d = chain.dtop
     for j in reversed(range(chain.n)):
         s = chain.steps[j]
@@ -297,11 +299,15 @@ def path_gradient(chain: Chain, branches: Iterable[int]) -> np.ndarray:
             d, _ = s.trunk(d)
         if j in S:
             d, _ = s.branch(d)  # through the branch
-        elif s.skip is None:
-            return np.zeros_like(chain.dtop)  # no skip: this path does not exist
         else:
             d = s.skip(d)  # along the skip
     return d
+
+
+def _exists(chain: Chain, S: frozenset) -> bool:
+    """Whether the path through exactly the branches ``S`` exists: every step it does not
+    take through its branch has a skip (in ``none`` and a plain stack, only k = n does)."""
+    return all(j in S or s.skip is not None for j, s in enumerate(chain.steps))
 
 
 @dataclass(frozen=True)
@@ -352,7 +358,7 @@ def veit_sample(
     Randomness: ``np.random.default_rng([seed, k])`` per k, so adding a k, or asking for
     the ks in another order, changes no other k's sample. ``std`` is over the samples,
     ddof=0. Memory: one float per sample (:func:`veit_bytes`). ``tick`` is called after
-    each sample with its k, the branch VJPs it took.
+    each sample with the branch VJPs it took: its k, or 0 for a path that does not exist.
     """
     if isinstance(samples, bool) or not isinstance(samples, (int, np.integer)) or samples < 1:
         raise ValueError(f"samples must be a positive integer, got {samples!r}")
@@ -364,8 +370,8 @@ def veit_sample(
         for i in range(samples):
             S = rng.choice(chain.n, size=k, replace=False)  # (k,) distinct branches
             mags[i] = np.linalg.norm(path_gradient(chain, S))
-            if tick is not None:
-                tick(k)
+            if tick is not None:  # a path that does not exist took no VJP
+                tick(k if _exists(chain, _branch_set(chain, S)) else 0)
         mean[j], std[j] = mags.mean(), mags.std()
     return VeitEstimate(chain.n, ks, mean, std, int(samples), seed)
 

@@ -47,7 +47,8 @@ class Work(NamedTuple):
 def _work(n: int, skips: bool, vjp_s: float, chain_s: float, chains: int, samples: int) -> Work:
     """``chains`` splits of n branches, each with ``samples`` Veit paths per k = 0..n."""
     per_split = n * (n + 1) // 2 if skips else n  # no skip: one part, one VJP a step
-    per_veit = samples * n * (n + 1) // 2  # sum over k of samples x k branch VJPs
+    # sum over k of samples x k branch VJPs; no skip: only k = n's paths exist, n VJPs each
+    per_veit = samples * n * (n + 1) // 2 if skips else samples * n
     vjps = chains * (per_split + per_veit)
     return Work(vjps, vjps * vjp_s + chains * chain_s)
 
