@@ -252,6 +252,44 @@ def test_rezero_at_init_gives_exact_zero_sublayer_gradients():
     assert r.passed and r.max_error < RTOL, r.row()
 
 
+@pytest.mark.parametrize("alpha", [0.25, 1.0])
+def test_rezero_alpha_is_every_blocks_alpha_at_init_and_the_model_passes_its_check(alpha):
+    m = GPT(GPTConfig(vocab_size=7, block_size=6, n_layer=3, n_head=2, n_embd=6,
+                      variant="rezero", rezero_alpha=alpha), seed=0, dtype=np.float64)  # fmt: skip
+    alphas = [m.params[f"blocks.{i}.alpha"] for i in range(3)]
+    assert all(a.shape == (1,) and a[0] == alpha for a in alphas)
+    idx, tgt = _batch(m)
+    _, loss, cache = m.forward(idx, tgt)
+    g = m.backward(cache)
+    # the branches speak from the first step: their weights' gradients are not zero
+    assert all(g[f"blocks.{i}.mlp.w_fc"].any() for i in range(3))
+    # out = x + alpha f(x) by hand, block by block, from the model's own stream
+    for i in range(3):
+        x, P = cache.xs[i], {k: v for k, v in m.params.items() if k.startswith(f"blocks.{i}.")}
+        out, _ = block_forward(x, P, f"blocks.{i}", m.cfg)
+        assert np.allclose(out, cache.xs[i + 1], rtol=1e-13, atol=1e-13)
+    r = compare("rezero alpha", lambda **_: m.forward(idx, tgt)[1], dict(m.params), g,
+                mode="sparse", k=12)  # fmt: skip
+    assert r.passed and r.max_error < RTOL, r.row()
+
+
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        (dict(variant="pre-ln", rezero_alpha=0.5),
+         "rezero_alpha 0.5 is rezero's alpha at initialization; variant 'pre-ln' has none"),
+        (dict(variant="rezero", rezero_alpha=-0.1), r"rezero_alpha must be a number in \[0, 10\]"),
+        (dict(variant="rezero", rezero_alpha=10.5), r"got 10.5"),
+        (dict(variant="rezero", rezero_alpha=True), "got True"),
+        (dict(variant="rezero", rezero_alpha=float("nan")), "got nan"),
+    ],
+)
+def test_a_rezero_alpha_the_scheme_cannot_take_is_refused(kw, match):
+    with pytest.raises(ValueError, match=match):
+        GPTConfig(**kw)
+    GPTConfig(variant="rezero", rezero_alpha=10.0)  # the largest allowed
+
+
 # --------------------------------------------------------------------- edge shapes
 
 

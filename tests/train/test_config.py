@@ -102,3 +102,12 @@ def test_a_continuation_may_change_only_what_it_is_told_it_may():
     for name in ("eval_iters", "data", "max_iters", "eval_interval", "keep_every"):
         with pytest.raises(ValueError, match=f"{name} is .* trained with '<another value>'$"):
             check_matches_checkpoint(cfg, {**saved, name: "<another value>"}, "p", strict)
+
+
+def test_rezero_alpha_reaches_the_model_and_is_refused_for_another_scheme():
+    from resgrad.train.config import TrainConfig
+
+    assert TrainConfig(variant="rezero", rezero_alpha=0.5).gpt_config(5).rezero_alpha == 0.5
+    assert TrainConfig(variant="rezero").gpt_config(5).rezero_alpha == 0.0  # Bachlechner's
+    with pytest.raises(ValueError, match="rezero_alpha 0.5 is rezero's alpha at initialization"):
+        TrainConfig(rezero_alpha=0.5)  # pre-ln has no alpha

@@ -129,4 +129,13 @@ MUTANTS = [
     Mutant('model: embedding dropout skipped in the backward', 'nn/model.py',
            'dx = dropout_backward(dx, cache.drop)  # (B,T,C)',
            'dx = dx  # (B,T,C)', MODEL, 'formula'),
+    Mutant("blocks: rezero's alpha starts at 0 whatever rezero_alpha says", 'nn/blocks.py',
+           'a = np.full(shape, float(cfg.rezero_alpha))  # (1,)',
+           'a = np.zeros(shape)  # (1,)', MODEL, 'formula'),
+    Mutant('model: rezero_alpha is taken by a scheme that has no alpha', 'nn/model.py',
+           'if a and self.variant != "rezero":',
+           'if a and self.variant == "none":', MODEL, 'refusal'),
+    Mutant('model: rezero_alpha above its largest is taken', 'nn/model.py',
+           'not 0.0 <= a <= MAX_ALPHA:',
+           'not 0.0 <= a:', MODEL, 'bounds'),
 ]  # fmt: skip

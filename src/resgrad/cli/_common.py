@@ -392,6 +392,8 @@ TRAIN_FLAGS = [
     ("--init", None, "weight initialization"),
     ("--activation", None, "the MLP's GELU: gelu_tanh, GPT-2's tanh form; gelu, the exact "
      "erf form (nanoGPT's nn.GELU())"),
+    ("--rezero-alpha", finite_float, "rezero's alpha at initialization, every block's "
+     "(Bachlechner et al.: 0); with --variant rezero only"),
     ("--seed", seed, "seed of the init, batches and dropout"),
     ("--data", str, "a UTF-8 text file (default: the Python reference manual, built in)"),
     ("--tokenizer", one_of(KINDS), "char: one token per character; bpe: a byte-level BPE "

@@ -132,7 +132,7 @@ def init_block_params(
     Under ``deepnorm`` the FFN weights, the value third of ``w_qkv`` and
     ``attn.w_proj`` are then multiplied by DeepNet's ``beta = (8L)^(-1/4)``
     (with ``xavier`` this is exactly DeepNet's init). ``rezero``'s alpha starts
-    at 0. Any entry can be overwritten afterwards: the dict is plain.
+    at ``cfg.rezero_alpha`` (0 by default). Any entry can be overwritten afterwards: the dict is plain.
 
     Parameters
     ----------
@@ -155,8 +155,10 @@ def init_block_params(
         leaf = kind.rsplit(".", 1)[-1]  # e.g. "w_qkv", "g", "b", "alpha"
         if leaf == "g":
             a = np.ones(shape)  # (C,) LayerNorm gain
-        elif leaf == "alpha" or leaf.startswith("b"):
-            a = np.zeros(shape)  # biases, LayerNorm biases, rezero's alpha
+        elif leaf == "alpha":
+            a = np.full(shape, float(cfg.rezero_alpha))  # (1,) rezero's alpha: 0 by default
+        elif leaf.startswith("b"):
+            a = np.zeros(shape)  # biases, LayerNorm biases
         elif cfg.init == "gpt2":
             std = 0.02 / math.sqrt(2 * L) if kind.endswith("w_proj") else 0.02
             a = rng.standard_normal(shape) * std  # (C_in, C_out)

@@ -57,6 +57,9 @@ def _require_int(name: str, value: object, lo: int) -> None:
         raise ValueError(f"{name} must be an integer >= {lo}, got {value!r}")
 
 
+MAX_ALPHA = 10.0  # rezero_alpha's largest: a branch 10x its input is no longer a residual
+
+
 @dataclass(frozen=True)
 class GPTConfig:
     """Shape and scheme of a GPT. Validated on construction: a bad field raises ValueError."""
@@ -74,6 +77,10 @@ class GPTConfig:
     # the MLP's GELU, one of ACTIVATIONS: "gelu-tanh" (GPT-2's tanh form) or "gelu-erf" (exact,
     # torch.nn.GELU(): nanoGPT's); a checkpoint from before this field is "gelu-tanh"
     activation: str = "gelu-tanh"
+    # rezero's alpha at initialization, every block's (Bachlechner et al. 2020: 0, every branch
+    # silent and every path of the gradient the identity's); above 0 the branches speak from
+    # the first step: the dose of the robustness study. 0 for every other scheme
+    rezero_alpha: float = 0.0
 
     def __post_init__(self):
         _require_int("vocab_size", self.vocab_size, 1)
@@ -104,6 +111,12 @@ class GPTConfig:
             raise ValueError(
                 f"unknown activation {self.activation!r}; expected one of {', '.join(ACTIVATIONS)}"
             )
+        a = self.rezero_alpha
+        if isinstance(a, bool) or not isinstance(a, (int, float)) or not 0.0 <= a <= MAX_ALPHA:
+            raise ValueError(f"rezero_alpha must be a number in [0, {MAX_ALPHA:g}], got {a!r}")
+        if a and self.variant != "rezero":
+            raise ValueError(f"rezero_alpha {a!r} is rezero's alpha at initialization; variant "
+                             f"{self.variant!r} has none (expected 0)")  # fmt: skip
 
     @property
     def final_ln(self) -> bool:

@@ -66,7 +66,8 @@ def _float(name, v, lo, hi=math.inf, lo_open=False):
 
 
 # settings a pretrained model (TrainConfig.init_from) brings with it: a run may not set them
-FROM_PRETRAINED = ("n_layer", "n_head", "n_embd", "variant", "init", "tokenizer", "activation")
+FROM_PRETRAINED = ("n_layer", "n_head", "n_embd", "variant", "init", "tokenizer", "activation",
+                   "rezero_alpha")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -99,6 +100,7 @@ class TrainConfig:
     # the MLP's GELU, a key of ACTIVATION_NAMES: "gelu_tanh" (GPT-2's tanh form) or "gelu"
     # (the exact erf form, nanoGPT's nn.GELU()); part of the run: a resume may not change it
     activation: str = "gelu_tanh"
+    rezero_alpha: float = 0.0  # rezero's alpha at initialization (GPTConfig.rezero_alpha)
     seed: int = 1337  # seeds the init, the batches, the dropout masks and the eval batches
     data: str | None = None  # a UTF-8 text file; None: the built-in Python reference manual
     out_dir: str = "out"  # checkpoints, metrics, plot
@@ -189,6 +191,7 @@ class TrainConfig:
             variant=self.variant,
             init=self.init,
             activation=ACTIVATION_NAMES[self.activation],
+            rezero_alpha=self.rezero_alpha,
         )
 
     def schedule(self) -> LRSchedule:
