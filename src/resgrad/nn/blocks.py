@@ -132,7 +132,8 @@ def init_block_params(
     Under ``deepnorm`` the FFN weights, the value third of ``w_qkv`` and
     ``attn.w_proj`` are then multiplied by DeepNet's ``beta = (8L)^(-1/4)``
     (with ``xavier`` this is exactly DeepNet's init). ``rezero``'s alpha starts
-    at ``cfg.rezero_alpha`` (0 by default). Any entry can be overwritten afterwards: the dict is plain.
+    at ``cfg.rezero_alpha`` (0 by default). Any entry can be overwritten afterwards: the
+    dict is plain.
 
     Parameters
     ----------
