@@ -149,6 +149,9 @@ FLOORS = [
             "experiments.sweep",
             "experiments.experiment",
             "experiments",
+            "robustness.levels",
+            "robustness.stats",
+            "robustness",
         ],
     ),  # the lab: a subpackage per study, the shared pieces (study) first
     ("cli", ["*"]),  # the command line: flags in, library calls out

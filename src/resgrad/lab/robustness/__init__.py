@@ -1,0 +1,31 @@
+"""The equal-loss robustness study (issue 37): at equal validation loss, does a GPT whose
+gradient travels shorter paths lose less when a block is deleted? Models read at loss levels
+they all reach (``levels``), then path length against lesion cost across them, with
+intervals over training seeds and a verdict that can go either way (``stats``).
+"""
+
+from resgrad.lab.robustness.levels import (  # noqa: F401
+    Kept,
+    ModelKey,
+    Point,
+    Trajectory,
+    at_level,
+    check_levels,
+    check_trajectory,
+    choose_levels,
+    common_range,
+    model_label,
+)
+from resgrad.lab.robustness.stats import (  # noqa: F401
+    CONFIDENCE,
+    VERDICTS,
+    LevelResult,
+    analyse,
+    bootstrap,
+    design,
+    partial_spearman,
+    ranks,
+    regress,
+    spearman,
+    verdict,
+)
