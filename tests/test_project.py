@@ -151,6 +151,8 @@ FLOORS = [
             "experiments",
             "robustness.levels",
             "robustness.stats",
+            "robustness.experiment",
+            "robustness.report",
             "robustness",
         ],
     ),  # the lab: a subpackage per study, the shared pieces (study) first

@@ -6,19 +6,18 @@ from __future__ import annotations
 import argparse
 import os
 
-from resgrad.cli import _common
+from resgrad.cli import _common, claims_cmds
+from resgrad.lab import robustness
 from resgrad.lab.experiments import (
     BACKENDS,
-    CLAIMS,
     EXPERIMENTS,
     ExperimentConfig,
-    claim_table,
-    format_claims,
     format_summary,
     run_experiment,
 )
 from resgrad.nn.blocks import INITS, VARIANTS
 from resgrad.perf import memory
+from resgrad.plots import check_plot_path
 
 # flag -> (ExperimentConfig field, type, help); None keeps the experiment's default
 EXPERIMENT_FLAGS = [
@@ -44,6 +43,22 @@ EXPERIMENT_FLAGS = [
 ]
 
 
+# robustness's own flags, and the experiments' flags it does not take
+ROBUSTNESS_FLAGS = [
+    ("--doses", _common.list_of(_common.finite_float, "numbers"), "robustness: rezero's alpha "
+     "at initialization, comma-separated: the dose that moves path length inside a scheme"),
+    ("--levels", _common.positive_float_list, "robustness: validation losses to compare the "
+     "models at (default: 4 inside the range every model reaches)"),
+    ("--keep-every", _common.positive_int, "robustness: steps between kept checkpoints"),
+    ("--budget", _common.positive_float, "robustness: refuse a study estimated longer than "
+     "this many seconds (default: 3600)"),
+]  # fmt: skip
+ROBUSTNESS_ONLY = ("--doses", "--levels", "--keep-every", "--budget", "--quick", "--plot",
+                   "--format")  # fmt: skip
+NOT_ROBUSTNESS = ("--lrs", "--warmups", "--eval-interval", "--eval-iters", "--grad-clip",
+                  "--init", *_common.LOG_FLAGS, "--log-to")  # fmt: skip
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "experiment",
@@ -55,13 +70,26 @@ def register(sub: argparse._SubParsersAction) -> None:
         "pre-LN, post-LN and DeepNorm as depth grows (Wang et al. 2022). residual: a "
         "12-layer GPT with and without + x. Run again after a crash: finished cells are kept.",
     )
-    p.add_argument("name", choices=EXPERIMENTS, help="which experiment")
+    p.add_argument("name", choices=(*EXPERIMENTS, "robustness"), help="which experiment")
     p.add_argument("--out-dir", default=None, help="where the runs and results go "
                    "(default: out-experiment-NAME)")  # fmt: skip
-    for flag, typ, help_ in EXPERIMENT_FLAGS:
+    for flag, typ, help_ in EXPERIMENT_FLAGS + ROBUSTNESS_FLAGS:
         kw = {"choices": INITS} if flag == "--init" else {}
         shown = "" if "(default:" in help_ else " (default: the experiment's)"
         p.add_argument(flag, type=typ or str, default=None, help=help_ + shown, **kw)
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="robustness: the small study CI runs "
+        "(3 schemes, L=2, 2 doses, 60 steps: under a minute on 2 cores)",
+    )
+    p.add_argument("--plot", metavar="FILE", help="robustness: three panels (.png or .svg)")
+    p.add_argument(
+        "--format",
+        choices=("table", "json", "csv"),
+        default="table",
+        help="robustness: output format (default: table)",
+    )
     p.add_argument("--jobs", type=_common.positive_int, default=None,
                    help="local worker processes (default: every core)")  # fmt: skip
     p.add_argument("--backend", choices=BACKENDS, default="loky",
@@ -74,25 +102,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     _common.add_threads(p)
     p.set_defaults(func=cmd_experiment)
 
-    p = sub.add_parser(
-        "claims",
-        help="DeepNet's update size and GPT-2's scaled init, measured over seeds",
-        description="update-size: ||x_L' - x_L|| / ||x_L|| after one SGD step (lr 1e-2, Xavier "
-        "init) for post-LN and DeepNorm (Wang et al. 2022). scaled-init: ||x_L|| / ||x_0|| of a "
-        "pre-LN stack with GPT-2's 1/sqrt(2L) output projections and with it undone (Radford "
-        "et al. 2019). Prints mean ± std and min..max over the seeds.",
-    )
-    p.add_argument("claim", choices=CLAIMS, help="which claim")
-    p.add_argument("--depths", type=_common.int_list, default=(6, 24, 96),
-                   help="comma-separated depths (default: 6,24,96)")  # fmt: skip
-    p.add_argument("--seeds", type=_common.seeds, default=tuple(range(10)),
-                   help="a count K (seeds 0..K-1) or a list, e.g. 100,101,102 or 100-109 "
-                   "(default: 10, seeds 0-9)")  # fmt: skip
-    _common.add_threads(p)
-    p.set_defaults(func=cmd_claims)
+    claims_cmds.register(sub)  # `resgrad claims`, listed next
 
 
 def cmd_experiment(args: argparse.Namespace) -> int:
+    if args.name == "robustness":
+        return _robustness(args)
+    _common.refuse_with(args.argv, ROBUSTNESS_ONLY, f"experiment {args.name}",
+                        "they set the robustness study")  # fmt: skip
     cfg = ExperimentConfig.defaults(args.name, **_common.given(args, EXPERIMENT_FLAGS))
     out_dir = args.out_dir or f"out-experiment-{args.name}"
     log_to = _common.log_config(args)
@@ -112,8 +129,29 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_claims(args: argparse.Namespace) -> int:
-    L = max(args.depths)  # the claims' stacks: width 32, 4 heads, T <= 16, B = 4, float64
-    memory.require(memory.gpt_bytes(L, 32, 4, 16, 4, 65, 8, 4), f"these claims (depth {L})")
-    print(format_claims(claim_table(args.claim, args.depths, args.seeds)))
+def _robustness(args: argparse.Namespace) -> int:
+    """``resgrad experiment robustness``: the equal-loss study (:mod:`resgrad.lab.robustness`)."""
+    _common.refuse_with(args.argv, NOT_ROBUSTNESS, "experiment robustness",
+                        "its models train with the study's own settings")  # fmt: skip
+    if args.plot:
+        check_plot_path(args.plot)  # a bad extension or destination fails before any work
+    settings = _common.given(args, EXPERIMENT_FLAGS + ROBUSTNESS_FLAGS)
+    budget = settings.pop("budget", robustness.BUDGET_S)
+    cfg = robustness.RobustnessConfig.from_flags(args.quick, **settings)
+    out_dir = args.out_dir or "out-experiment-robustness"
+    big = cfg.largest_cell(out_dir)
+    workers = 1 if args.backend == "dask" else min(args.jobs or os.cpu_count() or 1, 64)
+    memory.require(workers * memory.train_bytes(big), f"this study ({workers} model(s) at "
+                   f"once, the largest L={big.n_layer} C={big.n_embd})")  # fmt: skip
+    results, trajs = robustness.equal_loss(
+        cfg, out_dir, jobs=args.jobs, backend=args.backend, scheduler=args.scheduler,
+        connect_timeout=args.connect_timeout, threads=args.threads, budget=budget)  # fmt: skip
+    command = "resgrad " + " ".join(args.argv)
+    if args.plot:  # saved before anything is printed: a reader that leaves loses no plot
+        robustness.save_robustness_figure(args.plot, results, trajs, cfg, command)
+    text = f"{out_dir}/validation.txt"
+    print(robustness.render(results, trajs, cfg, args.format, text, command), end="")
+    _common.wrote(out_dir, fmt=args.format)
+    if args.plot:
+        _common.wrote(args.plot, fmt=args.format)
     return 0

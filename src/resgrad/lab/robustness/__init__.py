@@ -4,6 +4,18 @@ they all reach (``levels``), then path length against lesion cost across them, w
 intervals over training seeds and a verdict that can go either way (``stats``).
 """
 
+from resgrad.lab.robustness.experiment import (  # noqa: F401
+    BUDGET_S,
+    DOSE_SCHEME,
+    METRICS,
+    SCHEMES,
+    RobustnessConfig,
+    equal_loss,
+    measure_cell,
+    run_cells,
+    trajectories,
+    validation_text,
+)
 from resgrad.lab.robustness.levels import (  # noqa: F401
     Kept,
     ModelKey,
@@ -15,6 +27,12 @@ from resgrad.lab.robustness.levels import (  # noqa: F401
     choose_levels,
     common_range,
     model_label,
+)
+from resgrad.lab.robustness.report import (  # noqa: F401
+    describe,
+    render,
+    robustness_figure,
+    save_robustness_figure,
 )
 from resgrad.lab.robustness.stats import (  # noqa: F401
     CONFIDENCE,

@@ -1,0 +1,156 @@
+"""The equal-loss robustness study written out: its table (the levels, each verdict, the
+checkpoints nearest each level with the commands that rerun them), JSON, CSV, and its figure
+of three panels.
+
+Legend: M = models, N = levels.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+import numpy as np
+
+from resgrad.formats.records import to_csv
+from resgrad.lab.robustness.experiment import DOSE_SCHEME, RobustnessConfig
+from resgrad.lab.robustness.levels import Trajectory
+from resgrad.lab.robustness.stats import LevelResult
+
+__all__ = [
+    "describe",
+    "read_again",
+    "render",
+    "robustness_figure",
+    "save_robustness_figure",
+]
+
+
+def describe(cfg: RobustnessConfig, models: int) -> str:
+    """What the study trained and read, in one line: a title's text."""
+    doses = ",".join(f"{d:g}" for d in cfg.doses)
+    schemes = ", ".join(s + (f" (alpha0 {doses})" if s == DOSE_SCHEME and cfg.doses != (0.0,)
+                             else "") for s in cfg.schemes)  # fmt: skip
+    depths = ",".join(str(d) for d in cfg.depths)
+    return (f"{models} models: {schemes}; L={depths}, C={cfg.n_embd}, {cfg.max_iters} steps, "
+            f"{len(cfg.seeds)} training seeds")  # fmt: skip
+
+
+def read_again(cfg: RobustnessConfig, text: str) -> str:
+    """The flags that read one checkpoint again as the study read it: ``resgrad paths CKPT``
+    and ``resgrad lesion CKPT`` followed by these."""
+    seeds = ",".join(str(s) for s in cfg.window_seeds)
+    return f"--text {text} --seq {cfg.block_size} --batch {cfg.windows} --seeds {seeds}"
+
+
+def _nearest(r: LevelResult) -> str:
+    """The checkpoints nearest the level, one per (scheme, depth, dose) of the first seed."""
+    seed0 = min(p.model.seed for p in r.points)
+    return "; ".join(f"{p.model.label}: {p.nearest.path} (loss {p.nearest.loss:.4f})"
+                     for p in r.points if p.model.seed == seed0)  # fmt: skip
+
+
+def render(results: Sequence[LevelResult], trajs: Sequence[Trajectory], cfg: RobustnessConfig,
+           fmt: str = "table", text: str = "VALIDATION.txt", command: str = "") -> str:  # fmt: skip
+    """The study as ``resgrad experiment robustness`` prints it: a table, ``json`` or ``csv``
+    (one row per level, :meth:`LevelResult.record`)."""
+    if fmt == "csv":
+        recs = [r.record() for r in results]
+        return to_csv(recs, list(recs[0]))
+    if fmt == "json":
+        out = {"study": describe(cfg, len(trajs)), "command": command,
+               "levels": [r.level for r in results], "results": [r.record() for r in results],
+               "points": [p for r in results for p in r.point_records()]}  # fmt: skip
+        return json.dumps(out, indent=2, default=float) + "\n"
+    r0 = results[0]
+    lines = [f"Equal-loss robustness: {describe(cfg, len(trajs))}",
+             f"lesion cost: {r0.lesion_metric} (one block deleted, the change in cross-entropy, "
+             f"mean over blocks); path length: {r0.path_metric}; at each loss level, every "
+             "model's values interpolated between the two checkpoints that bracket it",
+             "levels (validation loss, inside the range every model reaches): "
+             + ", ".join(f"{r.level:g}" for r in results)]  # fmt: skip
+    head = (f"{'level':>7} | {'models':>6} | {'Spearman':>8} | {'partial':>8} | "
+            f"{'b(path length) [95% CI over seeds]':>36} | verdict")  # fmt: skip
+    lines += [head, "-" * len(head)]
+    for r in results:
+        b, lo, hi = r.path_coef
+        ci = f"{b:+.4f} [{lo:+.4f}, {hi:+.4f}]"
+        lines.append(f"{r.level:>7.4g} | {r.models:>6} | {r.spearman:>+8.3f} | "
+                     f"{r.partial:>+8.3f} | {ci:>36} | {r.verdict}")  # fmt: skip
+    lines.append("")
+    lines += [r.sentence for r in results]
+    lines.append("")
+    flags = read_again(cfg, text)
+    lines.append("the checkpoints nearest each level (first training seed); read one again with "
+                 f"resgrad paths CKPT {flags}, and resgrad lesion CKPT {flags} --what "
+                 f"block,delete --k 2 --samples {cfg.samples}:")  # fmt: skip
+    lines += [f"  level {r.level:g}: {_nearest(r)}" for r in results]
+    return "\n".join(lines) + "\n"
+
+
+SCHEME_COLORS = {"pre-ln": "C0", "post-ln": "C1", "deepnorm": "C2", "rezero": "C3",
+                 "residual": "C4"}  # fmt: skip
+
+
+def robustness_figure(results: Sequence[LevelResult], trajs: Sequence[Trajectory],
+                      cfg: RobustnessConfig, command: str = ""):  # fmt: skip
+    """Three panels: lesion cost against loss through training, a line per model coloured by
+    scheme, the levels marked; lesion cost against path length at each level, a marker per
+    model; the dose response of rezero's alpha at initialization at each level, mean ± std
+    over the training seeds."""
+    from resgrad.plots import new_figure
+
+    fig, (a1, a2, a3) = new_figure(ncols=3, width=16.0, height=5.0)
+    metric, pm = results[0].lesion_metric, results[0].path_metric
+    for t in trajs:
+        c = SCHEME_COLORS.get(t.model.scheme, "C7")
+        ls = "-" if t.model.depth == min(cfg.depths) else "--"
+        a1.plot(t.loss, t.metrics[metric], color=c, linestyle=ls, linewidth=0.8, alpha=0.7)
+    for r in results:
+        a1.axvline(r.level, color="0.6", linestyle=":", linewidth=0.8)
+    a1.invert_xaxis()  # training goes left to right
+    a1.set_xlabel("validation loss (training goes right)")
+    a1.set_ylabel(f"{metric}: ΔCE, one block deleted")
+    a1.set_title("lesion cost through training\n(solid: shallowest L, dashed: deeper)")
+    markers = "osD^v<>"
+    for j, r in enumerate(results):
+        for p in r.points:
+            a2.scatter(p.metrics[pm], p.metrics[metric], s=18, marker=markers[j % len(markers)],
+                       color=SCHEME_COLORS.get(p.model.scheme, "C7"), alpha=0.8)  # fmt: skip
+    a2.set_xlabel(f"{pm}: mean path length k of the gradient at x_0")
+    a2.set_ylabel(f"{metric} at the level (interpolated)")
+    a2.set_title("at equal loss: lesion cost against path length\n(marker: level " +
+                 ", ".join(f"{markers[j % len(markers)]} {r.level:g}" for j, r in
+                           enumerate(results)) + ")")  # fmt: skip
+    for s, c in SCHEME_COLORS.items():
+        if s in cfg.schemes:
+            a2.scatter([], [], color=c, label=s)
+    a2.legend(fontsize=7)
+    dosed = [d for d in cfg.doses] if DOSE_SCHEME in cfg.schemes else []
+    for j, r in enumerate(results):
+        for L in cfg.depths:
+            ys = [[p.metrics[metric] for p in r.points if p.model.scheme == DOSE_SCHEME
+                   and p.model.depth == L and p.model.dose == d] for d in dosed]  # fmt: skip
+            if not dosed or not all(ys):
+                continue
+            m = np.array([np.mean(y) for y in ys])  # (doses,)
+            sd = np.array([np.std(y, ddof=1) if len(y) > 1 else 0.0 for y in ys])
+            a3.errorbar(dosed, m, yerr=sd, marker=markers[j % len(markers)], capsize=2,
+                        linestyle="-" if L == min(cfg.depths) else "--",
+                        label=f"loss {r.level:g}, L={L}")  # fmt: skip
+    a3.set_xlabel("dose: rezero's alpha at initialization")
+    a3.set_ylabel(f"{metric} at the level, mean ± std over seeds")
+    a3.set_title("dose response (rezero)")
+    if dosed:
+        a3.legend(fontsize=7)
+    fig.suptitle(f"Equal-loss robustness: {describe(cfg, len(trajs))}\n{command}", fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def save_robustness_figure(path, results, trajs, cfg, command: str = "") -> None:
+    """Draw :func:`robustness_figure` and write it to ``path`` atomically (PNG or SVG)."""
+    from resgrad.plots import plot_format, save_figure
+
+    plot_format(path)
+    save_figure(robustness_figure(results, trajs, cfg, command), path)

@@ -1,0 +1,136 @@
+"""`resgrad experiment robustness --quick`: the equal-loss study end to end, its cache, its
+outputs, and its refusals before any model trains."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from resgrad.cli import main
+from resgrad.lab.lesion import LesionStudy, rows, summary
+from resgrad.lab.paths import PathsStudy, path_table
+from resgrad.lab.robustness import RobustnessConfig, equal_loss, trajectories
+from resgrad.train.sample import load_model
+
+QUICK = ["experiment", "robustness", "--quick", "--threads", "1", "--jobs", "2"]
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("robustness") / "out")
+    plot = os.path.join(os.path.dirname(out), "r.png")
+    assert main([*QUICK, "--out-dir", out, "--plot", plot]) == 0
+    return out, plot
+
+
+def test_the_quick_study_prints_levels_verdicts_and_points_to_its_checkpoints(study, capsys):
+    out, plot = study
+    assert main([*QUICK, "--out-dir", out]) == 0  # the cells are cached: nothing trains
+    text = capsys.readouterr().out
+    assert text.startswith("Equal-loss robustness: 12 models: pre-ln, post-ln, rezero")
+    verdicts = [ln for ln in text.splitlines() if ln.startswith("loss ")]
+    assert len(verdicts) == 4
+    assert all(any(v in ln for v in ("supported", "contradicted", "not resolved")) for ln in
+               verdicts)  # fmt: skip
+    assert f"--text {out}/validation.txt" in text and "ckpt-" in text
+    assert os.path.getsize(plot) > 10_000
+    assert sorted(os.listdir(out)) == [".checkpoints.csv.partial.jsonl", "checkpoints.csv",
+                                       "runs", "validation.txt"]  # fmt: skip
+
+
+def test_a_rerun_trains_nothing_and_gives_the_same_bytes(study, capsys):
+    out, _ = study
+    last = os.path.join(out, "runs", "rezero_L2_a1_s0", "last.ckpt")
+    before = os.stat(last).st_mtime_ns
+    assert main([*QUICK, "--out-dir", out, "--format", "json"]) == 0
+    first = capsys.readouterr().out
+    assert main([*QUICK, "--out-dir", out, "--format", "json"]) == 0
+    assert capsys.readouterr().out == first
+    assert os.stat(last).st_mtime_ns == before
+    doc = json.loads(first)
+    assert len(doc["levels"]) == 4 and len(doc["results"]) == 4
+    assert len(doc["points"]) == 4 * 12  # every model at every level
+
+
+def test_each_row_is_what_the_studies_give_on_that_checkpoint_alone(study):
+    out, _ = study
+    cfg = RobustnessConfig.quick()
+    results, trajs = equal_loss(cfg, out)
+    t = next(t for t in trajs if t.model.scheme == "post-ln" and t.model.seed == 1)
+    j = 3  # a middle checkpoint
+    model, tok, _ = load_model(t.paths[j])
+    val = open(os.path.join(out, "validation.txt"), encoding="utf-8").read()
+    ids = tok.encode(val)
+    paths_study, lesion_study = cfg.studies()
+    shares = np.array([r.share_norm for r in path_table(paths_study.run(model, ids).splits)])
+    assert t.metrics["mean_k"][j] == pytest.approx(float(np.arange(len(shares)) @ shares))
+    assert t.metrics["share0"][j] == pytest.approx(shares[0])
+    table = rows(lesion_study.run(model, ids))
+    assert t.loss[j] == pytest.approx(summary(table).ce)  # the loss is the intact CE
+    assert t.metrics["block_dce"][j] == pytest.approx(summary(table).block_dce)
+    d2 = next(r for r in table if r.kind == "delete" and r.k == 2).get("dce")[0]
+    assert t.metrics["delete2_dce"][j] == pytest.approx(d2)
+    assert isinstance(PathsStudy, type) and isinstance(LesionStudy, type)
+
+
+def test_trajectories_group_rows_by_model_in_iteration_order():
+    rows_ = [{"scheme": "pre-ln", "depth": 2, "dose": 0.0, "seed": s, "iteration": it,
+              "checkpoint": f"runs/x{s}/ckpt-{it}.ckpt", "loss": 5.0 - it,
+              **{m: float(it) for m in ("mean_k", "share0", "share_short", "block_dce",
+                                         "worst_dce", "delete2_dce")}}
+             for s in (0, 1) for it in (2, 0, 1)]  # fmt: skip
+    trajs = trajectories(rows_, "OUT")
+    assert [t.model.seed for t in trajs] == [0, 1]
+    assert list(trajs[0].iterations) == [0, 1, 2] and list(trajs[0].loss) == [5.0, 4.0, 3.0]
+    assert trajs[1].paths[0] == os.path.join("OUT", "runs/x1/ckpt-0.ckpt")
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (
+            ["--doses", "0,1", "--variants", "pre-ln,post-ln"],
+            "doses 0,1 are rezero's alpha at "
+            "initialization; add rezero to the schemes, or give the dose 0 alone",
+        ),
+        (
+            ["--doses", "0,-1"],
+            "dose -1.0 is not an alpha rezero can start at; expected a number in [0, 10]",
+        ),
+        (["--doses", "0,11"], "dose 11.0 is not an alpha rezero can start at"),
+        (
+            ["--keep-every", "60", "--max-iters", "60"],
+            "--keep-every 60 keeps 2 checkpoint(s) "
+            "per model of 60 steps; expected at least 3, so that a loss level falls between two",
+        ),
+        (["--budget", "0.5"], "this study (12 models) would take about"),
+        (["--variants", "pre-ln,none"], "scheme 'none' has no + x path to study"),
+        (["--lrs", "1e-3"], "--lrs cannot be combined with experiment robustness"),
+    ],
+)
+def test_bad_input_is_one_line_before_any_model_trains(tmp_path, capsys, flags, message):
+    out = str(tmp_path / "never")
+    rc = main([*QUICK, "--out-dir", out, *flags])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and message in err, err
+    assert not os.path.exists(out)
+
+
+def test_three_kept_checkpoints_are_enough_and_two_are_not():
+    assert len(RobustnessConfig.quick(keep_every=30).cells(".")) == 12  # 0, 30, 60
+    assert RobustnessConfig.quick(keep_every=59).max_iters == 60  # 0, 59, 60: the end is kept
+    with pytest.raises(ValueError, match="--keep-every 60 keeps 2 checkpoint"):
+        RobustnessConfig.quick(keep_every=60)
+
+
+def test_the_robustness_flags_are_refused_for_another_experiment(tmp_path, capsys):
+    assert main(["experiment", "warmup", "--doses", "1", "--out-dir", str(tmp_path / "w")]) == 2
+    assert "--doses cannot be combined with experiment warmup" in capsys.readouterr().err
+
+
+def test_a_level_outside_the_common_range_is_refused_naming_it(study, capsys):
+    out, _ = study
+    assert main([*QUICK, "--out-dir", out, "--levels", "9.9"]) == 2
+    err = capsys.readouterr().err
+    assert "level 9.9 is outside the range every model reaches" in err and err.count("\n") == 1
