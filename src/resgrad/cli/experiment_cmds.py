@@ -25,11 +25,8 @@ EXPERIMENT_FLAGS = [
     ("--depths", _common.int_list, "numbers of layers, comma-separated"),
     ("--lrs", _common.positive_float_list, "peak learning rates, comma-separated"),
     ("--warmups", _common.nonneg_int_list, "warm-up steps, comma-separated (0: none)"),
-    (
-        "--seeds",
-        _common.seeds,
-        "every cell's seeds: a count K (0..K-1) or a list, e.g. 100,101,102 or 100-102",
-    ),
+    ("--seeds", _common.seeds, "every cell's seeds: a count K (0..K-1) or a list, e.g. "
+     "100,101,102 or 100-102"),
     ("--max-iters", _common.positive_int, "steps per cell"),
     ("--n-embd", _common.positive_int, "width C"),
     ("--n-head", _common.positive_int, "heads H"),
@@ -40,7 +37,7 @@ EXPERIMENT_FLAGS = [
     ("--grad-clip", _common.finite_float, "clip the global gradient norm (0: off)"),
     ("--init", None, "weight initialization"),
     ("--data", str, "a UTF-8 text file (default: the built-in corpus)"),
-]
+]  # fmt: skip
 
 
 # robustness's own flags, and the experiments' flags it does not take
@@ -68,7 +65,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         "std over seeds, a table (summary.md), every cell (cells.csv) and a figure. "
         "warmup: pre-LN vs post-LN with and without warm-up (Xiong et al. 2020). depth: "
         "pre-LN, post-LN and DeepNorm as depth grows (Wang et al. 2022). residual: a "
-        "12-layer GPT with and without + x. Run again after a crash: finished cells are kept.",
+        "12-layer GPT with and without + x. robustness: at equal validation loss, does a model "
+        "whose gradient travels shorter paths lose less when a block is deleted (5 schemes, "
+        "rezero's alpha at initialization as a dose, every kept checkpoint read with resgrad "
+        "paths and resgrad lesion)? Run again after a crash: finished cells are kept.",
     )
     p.add_argument("name", choices=(*EXPERIMENTS, "robustness"), help="which experiment")
     p.add_argument("--out-dir", default=None, help="where the runs and results go "
@@ -77,19 +77,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         kw = {"choices": INITS} if flag == "--init" else {}
         shown = "" if "(default:" in help_ else " (default: the experiment's)"
         p.add_argument(flag, type=typ or str, default=None, help=help_ + shown, **kw)
-    p.add_argument(
-        "--quick",
-        action="store_true",
-        help="robustness: the small study CI runs "
-        "(3 schemes, L=2, 2 doses, 60 steps: under a minute on 2 cores)",
-    )
+    p.add_argument("--quick", action="store_true", help="robustness: the small study CI runs "
+                   "(3 schemes, L=2, 2 doses, 60 steps: under a minute on 2 cores)")  # fmt: skip
     p.add_argument("--plot", metavar="FILE", help="robustness: three panels (.png or .svg)")
-    p.add_argument(
-        "--format",
-        choices=("table", "json", "csv"),
-        default="table",
-        help="robustness: output format (default: table)",
-    )
+    p.add_argument("--format", choices=("table", "json", "csv"), default="table",
+                   help="robustness: output format (default: table)")  # fmt: skip
     p.add_argument("--jobs", type=_common.positive_int, default=None,
                    help="local worker processes (default: every core)")  # fmt: skip
     p.add_argument("--backend", choices=BACKENDS, default="loky",
