@@ -351,17 +351,17 @@ def test_sample_streams_tokens_and_an_interrupt_keeps_them(tmp_path, text):
 def test_threads_limits_blas_threads_during_the_command(monkeypatch, capsys):
     from threadpoolctl import threadpool_info
 
+    import resgrad.lab.flow.study as flow_study  # where the command's stacks are measured
     from resgrad.cli import main
-    from resgrad.lab import flow
 
     seen = []
-    real = flow.measure
+    real = flow_study.measure
 
     def measure(cfg):
         seen.append({p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"})
         return real(cfg)
 
-    monkeypatch.setattr(flow, "measure", measure)
+    monkeypatch.setattr(flow_study, "measure", measure)
     assert main(["flow", "--depth", "2", "--width", "8", "--heads", "2", "--threads", "1"]) == 0
     assert seen == [{1}]
 

@@ -26,7 +26,7 @@ MUTANTS = [
            "if not isinstance(self.activation, str) or self.activation not in ACTIVATION_NAMES:",
            "if False:", TESTS, "refusal"),
     Mutant("activation: a pretrained model's may be overridden", C,
-           '"tokenizer", "activation")', '"tokenizer")', TESTS, "refusal"),
+           '"tokenizer", "activation",\n', '"tokenizer",\n', TESTS, "refusal"),
     Mutant("activation: the flag is not offered as a choice", "cli/train_cmds.py",
            '"--activation": tuple(ACTIVATION_NAMES)}', "}", TESTS, "refusal"),
 ]  # fmt: skip
