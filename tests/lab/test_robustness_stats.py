@@ -70,6 +70,12 @@ def test_common_range_and_levels():
     assert len(levels) == 4 and all(2.61 < x < 3.02 for x in levels)
     assert levels == tuple(sorted(levels)) and levels[0] == 2.692  # 2.61 + 0.41 / 5
     assert rl.check_levels([a, b], [2.61, 3.0]) == (2.61, 3.0)  # the ends are reached
+    low = rl.choose_levels([a, b], n=4, part=0.5)  # the lowest half: 2.61 .. 2.815
+    assert low == tuple(float(f"{2.61 + 0.41 * 0.5 * q / 5:.4g}") for q in (1, 2, 3, 4))
+    assert all(2.61 < x < 2.815 for x in low)
+    for part in (0.0, 1.5):
+        with pytest.raises(ValueError, match=f"part={part} of the common range"):
+            rl.choose_levels([a, b], n=4, part=part)
     # 4 significant digits would leave a very narrow range: more digits, still inside
     c, d = _traj([3.0, 2.00001]), _traj([2.00002, 1.0], seed=1)
     (x,) = rl.choose_levels([c, d], n=1)

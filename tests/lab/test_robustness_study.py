@@ -66,6 +66,8 @@ def test_each_row_is_what_the_studies_give_on_that_checkpoint_alone(study):
     shares = np.array([r.share_norm for r in path_table(paths_study.run(model, ids).splits)])
     assert t.metrics["mean_k"][j] == pytest.approx(float(np.arange(len(shares)) @ shares))
     assert t.metrics["share0"][j] == pytest.approx(shares[0])
+    L = t.model.depth  # the share of paths with k <= L // 4 (L = 2: k = 0 alone)
+    assert t.metrics["share_short"][j] == pytest.approx(shares[: L // 4 + 1].sum())
     table = rows(lesion_study.run(model, ids))
     assert t.loss[j] == pytest.approx(summary(table).ce)  # the loss is the intact CE
     assert t.metrics["block_dce"][j] == pytest.approx(summary(table).block_dce)
@@ -107,6 +109,7 @@ def test_trajectories_group_rows_by_model_in_iteration_order():
         (["--budget", "0.5"], "this study (12 models) would take about"),
         (["--variants", "pre-ln,none"], "scheme 'none' has no + x path to study"),
         (["--lrs", "1e-3"], "--lrs cannot be combined with experiment robustness"),
+        (["--levels", "3,9.9"], "level 9.9 is above the loss every model starts near, ln V = "),
     ],
 )
 def test_bad_input_is_one_line_before_any_model_trains(tmp_path, capsys, flags, message):
@@ -131,6 +134,6 @@ def test_the_robustness_flags_are_refused_for_another_experiment(tmp_path, capsy
 
 def test_a_level_outside_the_common_range_is_refused_naming_it(study, capsys):
     out, _ = study
-    assert main([*QUICK, "--out-dir", out, "--levels", "9.9"]) == 2
+    assert main([*QUICK, "--out-dir", out, "--levels", "1.5"]) == 2  # the models are cached
     err = capsys.readouterr().err
-    assert "level 9.9 is outside the range every model reaches" in err and err.count("\n") == 1
+    assert "level 1.5 is outside the range every model reaches" in err and err.count("\n") == 1

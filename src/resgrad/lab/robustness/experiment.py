@@ -48,6 +48,9 @@ __all__ = [
 
 SCHEMES = ("pre-ln", "post-ln", "deepnorm", "rezero", "residual")
 BUDGET_S = 3600.0  # a study estimated longer than this is refused unless asked for
+# the levels are chosen in the lowest half of the range every model reaches: the upper half
+# lies near the loss at initialization, where the models differ by their init alone
+LEVELS_PART = 0.5
 DOSE_SCHEME = "rezero"  # the dose: rezero's alpha at initialization (GPTConfig.rezero_alpha)
 # measured at every kept checkpoint: paths' mean k, k = 0 share and share with k <= L // 4;
 # lesion's one-block change in CE (mean over blocks, and its worst block's) and k = 2 deletion
@@ -68,7 +71,7 @@ class RobustnessConfig:
     block_size: int = 32  # T of training and of the study's windows
     batch_size: int = 8  # B of training
     max_iters: int = 300  # steps per model
-    keep_every: int = 25  # a checkpoint kept every this many steps (and at 0 and the end)
+    keep_every: int = 10  # a checkpoint kept every this many steps (and at 0 and the end)
     lr: float = 3e-3  # peak learning rate (warmup 20 steps, cosine to lr / 10)
     windows: int = 4  # windows per window seed of the studies
     window_seeds: tuple[int, ...] = (0, 1)
@@ -221,6 +224,11 @@ def run_cells(cfg: RobustnessConfig, out_dir: str, *, jobs: int | None = None,
     from resgrad.train.data import load_corpus
 
     corpus = load_corpus(cfg.data, cfg.block_size)
+    start = math.log(corpus.tokenizer.vocab_size)  # about every model's loss at initialization
+    for lv in cfg.levels or ():
+        if lv >= start:
+            raise ValueError(f"level {lv:g} is above the loss every model starts near, ln V = "
+                             f"{start:.3f}; expected a loss below it")  # fmt: skip
     cells = cfg.cells(out_dir)
     workers = check_backend(jobs, backend, scheduler, connect_timeout)
     seconds = cfg.seconds(corpus.tokenizer.vocab_size, 1 if backend == "dask" else workers)
@@ -268,7 +276,8 @@ def equal_loss(cfg: RobustnessConfig, out_dir: str, **grid) -> tuple[list, list[
     to ``out_dir/checkpoints.csv`` (and the validation text the studies read, to
     ``validation.txt``), the models' trajectories, the levels (``cfg.levels``, or
     :func:`~resgrad.lab.robustness.levels.choose_levels`' inside the range every model
-    reaches) and :func:`~resgrad.lab.robustness.stats.analyse` at each: (results, trajectories).
+    reaches, in its lowest half: :data:`LEVELS_PART`) and
+    :func:`~resgrad.lab.robustness.stats.analyse` at each: (results, trajectories).
 
     Raises
     ------
@@ -288,5 +297,5 @@ def equal_loss(cfg: RobustnessConfig, out_dir: str, **grid) -> tuple[list, list[
     text = validation_text(load_corpus(cfg.data, cfg.block_size).text)  # to read a point again
     atomic_write_text(os.path.join(out_dir, "validation.txt"), text)
     trajs = trajectories(rows, out_dir)
-    levels = cfg.levels or choose_levels(trajs, cfg.n_levels)
+    levels = cfg.levels or choose_levels(trajs, cfg.n_levels, part=LEVELS_PART)
     return analyse(trajs, levels, B=cfg.bootstrap), trajs

@@ -184,20 +184,24 @@ def _inside(xs: np.ndarray, lo: float, hi: float) -> tuple[float, ...]:
     return tuple(float(x) for x in xs)
 
 
-def choose_levels(trajs: Sequence[Trajectory], n: int = 4) -> tuple[float, ...]:
-    """``n`` loss levels evenly spaced strictly inside :func:`common_range`: at its
-    quantiles (i + 1) / (n + 1), rounded to 4 significant digits (more where 4 would leave
-    the range), in increasing order.
+def choose_levels(trajs: Sequence[Trajectory], n: int = 4, part: float = 1.0) -> tuple[float, ...]:
+    """``n`` loss levels evenly spaced strictly inside the lowest ``part`` of
+    :func:`common_range` (lo, hi), that is inside (lo, lo + part (hi - lo)): at its quantiles
+    (i + 1) / (n + 1), rounded to 4 significant digits (more where 4 would leave the range),
+    in increasing order. ``part`` < 1 keeps the levels away from the losses at
+    initialization, where no model has learned anything yet.
 
     Raises
     ------
     ValueError
-        ``n`` < 1; or what :func:`common_range` refuses.
+        ``n`` < 1, ``part`` outside (0, 1]; or what :func:`common_range` refuses.
     """
     if int(n) != n or n < 1:
         raise ValueError(f"n={n} levels; expected a whole number of at least 1")
+    if not 0 < part <= 1:
+        raise ValueError(f"part={part} of the common range; expected a fraction in (0, 1]")
     lo, hi = common_range(trajs)
-    q = (np.arange(n) + 1) / (n + 1)  # (N,)
+    q = (np.arange(n) + 1) / (n + 1) * part  # (N,)
     return _inside(lo + q * (hi - lo), lo, hi)
 
 
