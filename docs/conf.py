@@ -30,6 +30,7 @@ extensions = [
     "sphinxarg.ext",  # the CLI reference, from resgrad.cli.build_parser
     "apicheck",  # _ext/apicheck.py: an undocumented public object, a name that is not, warn
     "sitepages",  # _ext/sitepages.py: commands searched by name, figures full size on click
+    "refusals",  # _ext/refusals.py: the errors page lists the studies' refusals from the code
 ]
 
 # .rst first: autosummary writes its generated API pages (api/generated/) in reST

@@ -51,6 +51,7 @@ SLOW = {
     "lesion_post_ln.png": "3 post-ln trainings + resgrad lesion (30 s idle, minutes loaded)",
     "lesion_deepnorm.png": "3 deepnorm trainings + resgrad lesion (30 s idle, minutes loaded)",
     "lesion_none.png": "3 none trainings + resgrad lesion (30 s idle, minutes loaded)",
+    "robustness.png": "resgrad experiment robustness: 48 models trained and read (minutes)",
 }
 SCREENSHOTS = {"tensorboard.png": "run"}  # figure -> the run directory its block trains
 

@@ -118,6 +118,7 @@ FLOORS = [
         "lab",
         [
             "lesson",
+            "study.refusals",
             "study.budget",
             "study.windows",
             "study.runs",

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from resgrad.lab import study
+from resgrad.lab.paths import across_runs
 from resgrad.lab.paths import exact as paths
 from resgrad.lab.paths import study as pathruns
 from resgrad.train.config import TrainConfig
@@ -149,7 +150,7 @@ def test_across_runs_compares_each_runs_own_checkpoint_of_the_iterations_all_kep
     a = _kept("a", {0: (0.2, 0.8), 3: (0.3, 0.7), 6: (0.5, 0.5)})
     b = _kept("b", {0: (0.4, 0.6), 6: (0.1, 0.9), 9: (0.7, 0.3)})
     c = _kept("c", {0: (0.9, 0.1), 6: (0.3, 0.7)})
-    rows = pathruns.across_runs([a, b, c])
+    rows = across_runs([a, b, c])
     assert [r.iteration for r in rows] == [0, 6] and all(r.runs == 3 for r in rows)
     r0, r6 = rows
     # mean and std (ddof=1) of (0.2, 0.4, 0.9) and of (0.5, 0.1, 0.3), by hand
@@ -159,10 +160,10 @@ def test_across_runs_compares_each_runs_own_checkpoint_of_the_iterations_all_kep
     # mean k = the k = 1 share: (0.5, 0.9, 0.7) at iteration 6
     assert r6.mean_k == pytest.approx(0.7) and r6.mean_k_std == pytest.approx(0.2, rel=1e-12)
     assert r0.ranges == ((0, 1), (0, 1), (0, 0)) and r6.ranges == ((0, 1), (1, 1), (0, 1))
-    (one,) = pathruns.across_runs([_kept("a", {6: (0.5, 0.5)})])
+    (one,) = across_runs([_kept("a", {6: (0.5, 0.5)})])
     assert (one.runs, one.share0, one.share0_std, one.mean_k_std) == (1, 0.5, 0.0, 0.0)
     with pytest.raises(ValueError, match="kept no iteration in common"):
-        pathruns.across_runs([_kept("a", {3: (0.5, 0.5)}), _kept("b", {6: (0.5, 0.5)})])
+        across_runs([_kept("a", {3: (0.5, 0.5)}), _kept("b", {6: (0.5, 0.5)})])
 
 
 @pytest.mark.parametrize("field, value", [
@@ -176,12 +177,12 @@ def test_runs_that_differ_in_any_field_are_refused_naming_the_run_the_field_and_
     c = _kept("runs/c", {0: (0.5, 0.5)}, _info(**{field: value}))
     old = getattr(_info(), field)
     with pytest.raises(ValueError) as e:
-        pathruns.across_runs([a, b, c])
+        across_runs([a, b, c])
     assert str(e.value) == (
         f"run 'runs/c' has {study.runs.FIELD_NAMES[field]} {value}, run 'runs/a' "
         f"has {old}: only runs of one model on one text are compared"
     )
-    assert len(pathruns.across_runs([a, b])) == 1
+    assert len(across_runs([a, b])) == 1
 
 
 @pytest.fixture(scope="module")

@@ -434,8 +434,8 @@ def test_rows_are_in_grid_order_whatever_order_the_points_finished_in(tmp_path, 
     real = sweep.run_grid
 
     def finished_backwards(*args, **kwargs):
-        grid = real(*args, **kwargs)
-        return grid.GridResult(dict(reversed(grid.done.items())), grid.computed, grid.resumed)
+        res = real(*args, **kwargs)
+        return grid.GridResult(dict(reversed(res.done.items())), res.computed, res.resumed)
 
     monkeypatch.setattr(sweep, "run_grid", finished_backwards)
     assert run_sweep(SMALL, tmp_path / "b.csv", jobs=1, progress=False).rows == whole.rows

@@ -45,7 +45,7 @@ MUTANTS = [
            '    check_comparable([(os.path.dirname(r[0].path), r[0].model) for r in runs], "run")\n',
            "", P_TRAINING, "refusal"),
     Mutant("paths: a run's checkpoints are not compared with its first", PROTOCOL,
-           '                check_comparable([first, (path, rm)], "checkpoint", "not one run")\n',
+           '                check_comparable([first, (path, rm)], "checkpoint", NOT_ONE_RUN)\n',
            "", P_TRAINING, "refusal"),
     Mutant("paths: run/ and run count as two runs", PROTOCOL,
            "real = [os.path.realpath(d) for d in run_dirs]",

@@ -8,6 +8,13 @@ import argparse
 from resgrad.cli import _common, sweep_cmds
 from resgrad.lab import flow
 from resgrad.lab.study import TIME_BUDGET_S, across_runs, common_steps, every_checkpoint, run_names
+from resgrad.lab.study.refusals import (
+    FLOW_EVERY_CHECKPOINT_WITHOUT_RUNS,
+    FLOW_META_WITHOUT_MODEL,
+    FLOW_NEEDS_TEXT,
+    FLOW_SEVERAL_SOURCES,
+    FLOW_TEXT_WITHOUT_MODEL,
+)
 from resgrad.plots import check_plot_path, save_plot
 from resgrad.train.data import read_text
 from resgrad.train.source import MODELS
@@ -88,18 +95,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_flow)
     sweep_cmds.register(sub, variants, d)
 
+
 def cmd_flow(args: argparse.Namespace) -> int:
     if args.plot:
         check_plot_path(args.plot)  # a bad extension or destination fails before any work
     if args.from_pretrained is not None:
         return _pretrained(args)
     if args.text is not None:
-        raise ValueError("--text is the input of --from-pretrained; give that too")
+        raise FLOW_TEXT_WITHOUT_MODEL()
     if args.meta is not None:
-        raise ValueError("--meta is the vocabulary of a --from-pretrained ckpt.pt; give that too")
+        raise FLOW_META_WITHOUT_MODEL()
     if args.every_checkpoint:
-        raise ValueError("--every-checkpoint reads the run directories of --from-pretrained; "
-                         "give those too")  # fmt: skip
+        raise FLOW_EVERY_CHECKPOINT_WITHOUT_RUNS()
     records = flow.measure_stacks(args.variant, depth=args.depth, width=args.width,
                                   heads=args.heads, seq=args.seq, batch=args.batch,
                                   init=args.init, loss=args.loss, seeds=args.seeds)  # fmt: skip
@@ -120,7 +127,7 @@ def _pretrained(args: argparse.Namespace) -> int:
     _common.refuse_with(args.argv, MODEL_FLAGS, "--from-pretrained", "the model brings its own "
                         "scheme, sizes and weights, and its loss is the text's")  # fmt: skip
     if args.text is None:
-        raise ValueError("--from-pretrained needs --text FILE, the text to run the model on")
+        raise FLOW_NEEDS_TEXT()
     study = flow.FlowStudy(seq=args.seq, batch=args.batch, seeds=args.seeds, budget=args.budget,
                            seq_default=not _common.typed(args.argv, ("--seq",)))  # fmt: skip
     if args.every_checkpoint:
@@ -131,8 +138,7 @@ def _pretrained(args: argparse.Namespace) -> int:
         print(flow.render_every_checkpoint(steps, names, study, args.format), end="")
         return 0
     if len(args.from_pretrained) > 1:
-        raise ValueError(f"{len(args.from_pretrained)} SOURCEs given to --from-pretrained; "
-                         "several are compared only with --every-checkpoint")  # fmt: skip
+        raise FLOW_SEVERAL_SOURCES(count=len(args.from_pretrained))
     (m,) = across_runs(study, args.from_pretrained, read_text(args.text), text_path=args.text,
                        meta=args.meta, kinds=MODELS, flag="--from-pretrained")  # fmt: skip
     return _output(args, m.result)

@@ -13,6 +13,7 @@ from resgrad.lab.study import (
     refuse_repeated,
     run_names,
 )
+from resgrad.lab.study.refusals import EVERY_CHECKPOINT_LESSON, LESSON_NOT_ALONE
 from resgrad.plots import check_plot_path
 from resgrad.train.data import read_text
 from resgrad.train.source import LESSON
@@ -106,7 +107,7 @@ def cmd_lesion(args: argparse.Namespace) -> int:
         return _every_checkpoint(args, study)
     if lesson:
         if len(args.source) > 1:
-            raise ValueError("'lesson' is compared with nothing else: give it alone")
+            raise LESSON_NOT_ALONE()
         _common.refuse_with(args.argv, MODEL_FLAGS, "lesson",
                             "the lesson's stack has its own input")  # fmt: skip
         res = lesion.lesson_lesions(study, args.depth, residual=not args.plain)
@@ -134,7 +135,7 @@ def _every_checkpoint(args: argparse.Namespace, study: lesion.LesionStudy) -> in
                         "--every-checkpoint", "it reads every checkpoint a run kept, one "
                         "study per checkpoint")  # fmt: skip
     if "lesson" in args.source:
-        raise ValueError("--every-checkpoint reads a training run's directory, not the lesson")
+        raise EVERY_CHECKPOINT_LESSON()
     text = read_text(args.text) if args.text is not None else None
     steps = common_steps(every_checkpoint(study, args.source, text))
     names = run_names(args.source)

@@ -7,6 +7,7 @@ import argparse
 from resgrad.cli import _common
 from resgrad.lab import paths
 from resgrad.lab.study import across_runs, run_names
+from resgrad.lab.study.refusals import EVERY_CHECKPOINT_LESSON, SEVERAL_SOURCES
 from resgrad.plots import check_plot_path
 from resgrad.train.data import read_text
 from resgrad.train.source import ALL, names_lesson, resolve_source
@@ -64,8 +65,7 @@ def cmd_paths(args: argparse.Namespace) -> int:
     if args.plot:
         check_plot_path(args.plot)  # a bad extension or destination fails before any work
     if len(args.source) > 1:
-        raise ValueError(f"{len(args.source)} SOURCEs given; several are compared only with "
-                         "--every-checkpoint (one run directory each)")  # fmt: skip
+        raise SEVERAL_SOURCES(count=len(args.source))
     (source,) = args.source
     if names_lesson(source):
         _common.refuse_with(args.argv, ("--text", "--seq", "--batch"),
@@ -94,7 +94,7 @@ def _every_checkpoint(args: argparse.Namespace) -> int:
                         "--every-checkpoint", "it reads every checkpoint a run kept, "
                         "one split per checkpoint")  # fmt: skip
     if "lesson" in args.source:
-        raise ValueError("--every-checkpoint reads a training run's directory, not the lesson")
+        raise EVERY_CHECKPOINT_LESSON()
     text = read_text(args.text) if args.text is not None else None
     study = _study(args)
     runs = paths.through_training(study, args.source, text)

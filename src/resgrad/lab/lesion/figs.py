@@ -10,6 +10,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from resgrad.lab.lesion.tables import LesionRow
+from resgrad.lab.study.refusals import NO_ROWS, UNKNOWN_METRIC
 
 __all__ = ["lesion_figure", "save_lesion_figure"]
 
@@ -40,11 +41,11 @@ def lesion_figure(table: Sequence[LesionRow], title_text: str = "", metric: str 
     from resgrad.plots import new_figure
 
     if not table:
-        raise ValueError("lesion_figure needs rows")
+        raise NO_ROWS()
     names = table[0].metrics
     metric = metric or ("dce" if "dce" in names else names[0])
     if metric not in names:
-        raise ValueError(f"unknown metric {metric!r}; expected one of {', '.join(names)}")
+        raise UNKNOWN_METRIC(metric=metric, expected=", ".join(names))
     label = {"ce": "cross-entropy", "dce": "change in cross-entropy (nats)",
              "agree": "top-1 agreement with intact", "acc": "top-1 accuracy",
              "kl": "KL(intact || lesioned)", "change": "||y' - y|| / ||y||"}[metric]  # fmt: skip

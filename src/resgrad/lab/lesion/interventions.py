@@ -74,6 +74,24 @@ from resgrad.lab.study.budget import (
     bar,
     refuse_over_budget,
 )
+from resgrad.lab.study.refusals import (
+    K_OUT_OF_RANGE,
+    L_NOT_POSITIVE,
+    LESSON_INTERVENTION,
+    NO_BLOCK_TO_DELETE,
+    NO_PAIR_TO_SWAP,
+    NO_SUCH_BLOCK,
+    PAIRS_K_TOO_LARGE,
+    PAIRS_NOT_DISJOINT,
+    PLAN_SAMPLES_OUT_OF_RANGE,
+    PLAN_SEED_OUT_OF_RANGE,
+    SWAP_NEEDS_TWO,
+    SWAP_PAST_TOP,
+    TOO_MANY_INTERVENTIONS,
+    UNKNOWN_BRANCH,
+    UNKNOWN_INTERVENTION,
+    Refusal,
+)
 
 __all__ = [
     "KINDS",
@@ -155,15 +173,15 @@ class Lesion:
         return "pairs " + "".join(f"({a},{b})" for a, b in moved)
 
 
-def _check_block(L: int, i: object, what: str = "block") -> int:
+def _check_block(L: int, i: object) -> int:
     if isinstance(i, bool) or not isinstance(i, (int, np.integer)) or not 0 <= i < L:
-        raise ValueError(f"{what} {i!r} does not exist: the model has blocks 0..{L - 1}")
+        raise NO_SUCH_BLOCK(block=i, last=L - 1)
     return int(i)
 
 
 def _check_L(L: object) -> int:
     if isinstance(L, bool) or not isinstance(L, (int, np.integer)) or L < 1:
-        raise ValueError(f"L must be a positive integer, got {L!r}")
+        raise L_NOT_POSITIVE(L=L)
     return int(L)
 
 
@@ -178,7 +196,7 @@ def delete_branch(L: int, i: int, branch: str) -> Lesion:
     L = _check_L(L)
     i = _check_block(L, i)
     if branch not in ("attn", "mlp"):
-        raise ValueError(f"unknown branch {branch!r}; expected attn or mlp")
+        raise UNKNOWN_BRANCH(branch=branch)
     keep = tuple(p != i for p in range(L))
     on = (True,) * L
     attn, mlp = (keep, on) if branch == "attn" else (on, keep)
@@ -191,7 +209,7 @@ def delete_blocks(L: int, blocks: Iterable[int], kind: str = "delete") -> Lesion
     L = _check_L(L)
     gone = sorted({_check_block(L, i) for i in blocks})
     if not gone:
-        raise ValueError("delete_blocks needs at least one block")
+        raise NO_BLOCK_TO_DELETE()
     keep = tuple(p not in gone for p in range(L))
     layer = gone[0] if kind == "block" else -1
     return Lesion(kind, tuple(range(L)), keep, keep, len(gone), layer)
@@ -206,11 +224,11 @@ def swap_blocks(L: int, pairs: Iterable[tuple[int, int]], kind: str = "pairs") -
     pairs = [(_check_block(L, i), _check_block(L, j)) for i, j in pairs]
     for i, j in pairs:
         if i == j or i in seen or j in seen:
-            raise ValueError(f"swapped pairs must be disjoint pairs of two blocks; got {pairs}")
+            raise PAIRS_NOT_DISJOINT(pairs=pairs)
         seen.update((i, j))
         order[i], order[j] = order[j], order[i]
     if not pairs:
-        raise ValueError("swap_blocks needs at least one pair")
+        raise NO_PAIR_TO_SWAP()
     layer = min(pairs[0]) if kind == "swap" else -1
     return Lesion(kind, tuple(order), (True,) * L, (True,) * L, len(pairs), layer)
 
@@ -268,10 +286,11 @@ def pair_sets(L: int, k: int, samples: int, seed: int = 0) -> list[tuple[tuple[i
     return out
 
 
-def _int_in(name: str, value: object, lo: int, hi: int, why: str = "") -> int:
+def _int_in(refusal: Refusal, value: object, lo: int, hi: int) -> int:
+    """``value`` as an int, refused by ``refusal`` (of its value, lo and hi) unless it is an
+    integer in lo..hi."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not lo <= value <= hi:
-        raise ValueError(f"{name} {value!r} is out of range; expected an integer in "
-                         f"{lo}..{hi:,}{why}")  # fmt: skip
+        raise refusal(value=value, lo=lo, hi=hi)
     return int(value)
 
 
@@ -321,26 +340,23 @@ def plan(
         what = tuple(w for w in allowed if L > 1 or w not in ("swap", "pairs"))
     for w in what:
         if w not in allowed:
-            extra = " (the lesson's stack has one branch a layer)" if w in KINDS else ""
-            raise ValueError(f"unknown intervention {w!r}{extra}; expected one of "
-                             f"{', '.join(allowed)}")  # fmt: skip
+            if w in KINDS:  # a kind of a GPT's blocks, not of the lesson's layers
+                raise LESSON_INTERVENTION(what=w, expected=", ".join(allowed))
+            raise UNKNOWN_INTERVENTION(what=w, expected=", ".join(allowed))
     if L < 2 and any(w in ("swap", "pairs") for w in what):
-        raise ValueError(f"a swap needs two blocks; the model has L = {L} block")
-    samples = _int_in("N (samples)", samples, 1, MAX_SAMPLES)
-    seed = _int_in("sample seed", seed, 0, MAX_SEED - 1)
+        raise SWAP_NEEDS_TWO(L=L)
+    samples = _int_in(PLAN_SAMPLES_OUT_OF_RANGE, samples, 1, MAX_SAMPLES)
+    seed = _int_in(PLAN_SEED_OUT_OF_RANGE, seed, 0, MAX_SEED - 1)
     if ks is not None:
         for k in ks:
-            _int_in("k", k, 1, L, f" (the model has L = {L} blocks)")
+            _int_in(K_OUT_OF_RANGE, k, 1, L)
             if "pairs" in what and 2 * k > L:
-                raise ValueError(f"k {k} pairs swap {2 * k} blocks but the model has L = {L}; "
-                                 f"expected k in 1..{L // 2} with pairs (or leave pairs out "
-                                 "of the interventions)")  # fmt: skip
+                raise PAIRS_K_TOO_LARGE(k=k, blocks=2 * k, L=L, most=L // 2)
     if blocks is not None:
         for i in blocks:
             _check_block(L, i)
             if "swap" in what and i + 1 >= L:
-                raise ValueError(f"swap {i} needs blocks {i} and {i + 1}; the model has "
-                                 f"blocks 0..{L - 1} (swap takes i in 0..{L - 2})")  # fmt: skip
+                raise SWAP_PAST_TOP(i=i, next=i + 1, last=L - 1, most=L - 2)
     layers = list(range(L)) if blocks is None else sorted(set(blocks))
     kinds = [w for w in allowed if w in what]  # the kinds in one order, whatever was asked
     del_ks = range(1, L + 1) if ks is None else sorted(set(ks))
@@ -353,8 +369,7 @@ def plan(
         for w in kinds
     )  # fmt: skip
     if count > MAX_LESIONS:
-        raise ValueError(f"the study would hold {count:,} interventions; expected at most "
-                         f"{MAX_LESIONS:,}: ask for fewer kinds, k or samples")  # fmt: skip
+        raise TOO_MANY_INTERVENTIONS(count=count, most=MAX_LESIONS)
     out = [intact(L)]
     for w in kinds:
         if w in ("attn", "mlp"):

@@ -21,6 +21,14 @@ import numpy as np
 
 from resgrad.lab.lesion.interventions import MAX_SEED, Lesion, _check_L, _int_in
 from resgrad.lab.lesson import StackConfig, make_bank
+from resgrad.lab.study.refusals import (
+    LESION_FOR_OTHER_L,
+    LESIONS_NOT_PLANNED,
+    LESSON_ONE_BRANCH,
+    NO_SEED,
+    SEED_OUT_OF_RANGE,
+    SEEDS_NOT_DISTINCT,
+)
 from resgrad.lab.study.runs import RunModel, describe_model
 from resgrad.lab.study.windows import check_seq, text_windows
 from resgrad.nn.blocks import block_alpha, block_forward, scheme_forward
@@ -126,8 +134,7 @@ def lesioned_logits(model: GPT, idx: np.ndarray, lesion: Lesion) -> np.ndarray:
     """The logits (B, T, V) of ``model`` on ``idx`` (B, T) with ``lesion`` applied, from
     one whole forward pass (no reuse): the plain reference the study's fast path equals."""
     if lesion.L != model.cfg.n_layer:
-        raise ValueError(f"the lesion is for L = {lesion.L} blocks; the model has "
-                         f"{model.cfg.n_layer}")  # fmt: skip
+        raise LESION_FOR_OTHER_L(lesion_L=lesion.L, model_L=model.cfg.n_layer)
     return _head(model, _blocks_from(model, _embed(model, idx), lesion, 0))
 
 
@@ -279,18 +286,17 @@ def _run(subject, lesions: Sequence[Lesion], seeds: Sequence[int], tick: Tick | 
 def _check_seeds(seeds: Sequence[int]) -> tuple[int, ...]:
     seeds = tuple(seeds)
     if not seeds:
-        raise ValueError("seeds must list at least one seed")
+        raise NO_SEED()
     for s in seeds:
-        _int_in("seed", s, 0, MAX_SEED - 1)
+        _int_in(SEED_OUT_OF_RANGE, s, 0, MAX_SEED - 1)
     if len(set(seeds)) != len(seeds):
-        raise ValueError(f"seeds must be distinct, got {list(seeds)}")
+        raise SEEDS_NOT_DISTINCT(seeds=list(seeds))
     return seeds
 
 
 def _check_lesions(lesions: Sequence[Lesion], L: int, what: str) -> None:
     if not lesions or lesions[0].kind != "intact" or any(les.L != L for les in lesions):
-        raise ValueError(f"the lesions must be plan()'s for {what}'s L = {L}: the intact "
-                         "stack first")  # fmt: skip
+        raise LESIONS_NOT_PLANNED(what=what, L=L)
 
 
 def model_study(
@@ -346,8 +352,7 @@ def lesson_study(
     seeds = _check_seeds(seeds)
     _check_lesions(lesions, depth, "the stack")
     if any(les.attn != les.mlp for les in lesions):
-        raise ValueError("the lesson's stack has one branch a layer: delete layers, not "
-                         "attention or MLP")  # fmt: skip
+        raise LESSON_ONE_BRANCH()
     values, blocks = _run(_StackSubject(depth, residual), lesions, seeds, tick)
     sc = StackConfig()
     variant = "x + tanh(x W)" if residual else "tanh(x W), no + x"

@@ -9,6 +9,7 @@ from typing import Any, NamedTuple
 from resgrad.lab.lesion.interventions import plan
 from resgrad.lab.lesion.measure import StudyResult, Tick, model_study
 from resgrad.lab.lesion.tables import LesionRow, Summary, across_runs, rows, summary
+from resgrad.lab.study.refusals import NO_COMMON_ITERATION
 from resgrad.lab.study.runs import check_comparable, plan_runs, run_model
 
 __all__ = ["CheckpointLesions", "across_checkpoints", "run_checkpoint_lesions"]
@@ -92,8 +93,7 @@ def across_checkpoints(
     by_run = [{c.iteration: c for c in r} for r in runs]
     common = sorted(set.intersection(*(set(b) for b in by_run)))
     if not common:
-        raise ValueError("the runs kept no iteration in common; train them with the same "
-                         "--keep-every")  # fmt: skip
+        raise NO_COMMON_ITERATION()
     out = []
     for it in common:
         results = [b[it].result for b in by_run]

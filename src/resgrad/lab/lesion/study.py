@@ -32,6 +32,7 @@ from resgrad.lab.lesion.tables import LesionRow, across_runs, row_keys, rows, su
 from resgrad.lab.lesson import StackConfig
 from resgrad.lab.study.budget import TIME_BUDGET_S
 from resgrad.lab.study.protocol import Model, Step
+from resgrad.lab.study.refusals import SAMPLE_SEED_OUT_OF_RANGE, SAMPLES_OUT_OF_RANGE
 from resgrad.lab.study.windows import refuse_long_seq
 from resgrad.perf import memory
 
@@ -73,11 +74,9 @@ class LesionStudy:
 
     def __post_init__(self):
         if not 0 <= self.sample_seed < MAX_SEED:
-            raise ValueError(f"--sample-seed {self.sample_seed} is out of range; expected a seed "
-                             "in [0, 2**32)")  # fmt: skip
+            raise SAMPLE_SEED_OUT_OF_RANGE(seed=self.sample_seed)
         if self.samples > MAX_SAMPLES:
-            raise ValueError(f"--samples {self.samples:,} is out of range; expected 1.."
-                             f"{MAX_SAMPLES:,} random sets per k")  # fmt: skip
+            raise SAMPLES_OUT_OF_RANGE(samples=self.samples, most=MAX_SAMPLES)
 
     def plan(self, L: int, lesson: bool = False) -> list:
         """The interventions on a stack of ``L`` blocks (the intact first)."""

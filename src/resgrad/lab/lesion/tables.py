@@ -12,6 +12,7 @@ import numpy as np
 
 from resgrad.lab.lesion.interventions import RANDOM
 from resgrad.lab.lesion.measure import StudyResult
+from resgrad.lab.study.refusals import INTERVENTIONS_DIFFER, NO_RUN
 from resgrad.lab.study.runs import check_comparable
 
 __all__ = ["LesionRow", "Summary", "across_runs", "row_keys", "rows", "summary"]
@@ -99,12 +100,12 @@ def across_runs(results: Sequence[StudyResult], names: Sequence[str] | None = No
         different interventions.
     """
     if not results:
-        raise ValueError("no run to compare")
+        raise NO_RUN()
     names = [r.label for r in results] if names is None else list(names)
     check_comparable([(n, r.model) for n, r in zip(names, results)], "run")
     tables = [rows(r) for r in results]
     if any([r.name for r in t] != [r.name for r in tables[0]] for t in tables):
-        raise ValueError("the runs were given different interventions; study them alike")
+        raise INTERVENTIONS_DIFFER()
     out = []
     for j, r0 in enumerate(tables[0]):
         means = np.array([t[j].mean for t in tables])  # (R, M)

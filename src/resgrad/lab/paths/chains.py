@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from resgrad.lab.lesson import StackConfig, make_bank, sublayer_backward, sublayer_forward
+from resgrad.lab.study.refusals import BANK_TOO_SMALL, DEPTH_NOT_POSITIVE, UNKNOWN_ACTIVATION
 from resgrad.nn.layers import (
     ATTN_KEYS,
     MLP_KEYS,
@@ -307,15 +308,14 @@ def stack_chain(
         n = N branches, one kind ("f"); boundary i is layer i's input; parameters "W.i".
     """
     if activation not in ACTIVATIONS:
-        raise ValueError(f"unknown activation {activation!r}; expected one of "
-                         f"{', '.join(ACTIVATIONS)}")  # fmt: skip
+        raise UNKNOWN_ACTIVATION(activation=activation, expected=", ".join(ACTIVATIONS))
     cfg = StackConfig() if cfg is None else cfg
     N = max(cfg.depths) if depth is None else depth
     if isinstance(N, bool) or not isinstance(N, (int, np.integer)) or N < 1:
-        raise ValueError(f"depth must be a positive integer, got {N!r}")
+        raise DEPTH_NOT_POSITIVE(depth=N)
     Ws = make_bank(cfg, N) if bank is None else [np.asarray(W) for W in bank]
     if len(Ws) < N:
-        raise ValueError(f"depth {N} needs {N} matrices but the bank holds {len(Ws)}")
+        raise BANK_TOO_SMALL(depth=N, matrices=len(Ws))
     x = np.random.RandomState(cfg.input_seed).randn(cfg.batch, cfg.width)  # (B, C)
     steps = []
     for i in range(N):

@@ -66,6 +66,17 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from resgrad.lab.paths.chains import Chain, _add, _Rows, _sq_and_dot, gpt_chain
+from resgrad.lab.study.refusals import (
+    BAD_SHARES,
+    BRANCH_NOT_IN_CHAIN,
+    JOINT_SPLIT,
+    MASS_OUT_OF_RANGE,
+    NO_SPLIT,
+    PATH_LENGTH_OUT_OF_RANGE,
+    SAMPLES_NOT_POSITIVE,
+    SPLIT_TOO_LARGE,
+    TOO_MANY_PATHS,
+)
 from resgrad.lab.study.windows import check_seq, text_windows
 from resgrad.nn.model import GPT
 
@@ -167,10 +178,7 @@ def split(
     """
     n, nk = chain.n, len(chain.kinds)
     if n > MAX_SPLIT_BRANCHES:
-        raise ValueError(
-            f"the split of {n:,} branches needs n(n + 1)/2 = {n * (n + 1) // 2:,} branch VJPs; "
-            f"expected at most {MAX_SPLIT_BRANCHES:,} branches (a depth of that many sublayers)"
-        )
+        raise SPLIT_TOO_LARGE(n=n, vjps=n * (n + 1) // 2, most=MAX_SPLIT_BRANCHES)
     if joint:
         counts = [sum(s.kind == j for s in chain.steps) for j in range(nk)]
         keys = tuple(itertools.product(*(range(c + 1) for c in counts)))
@@ -271,7 +279,7 @@ def _branch_set(chain: Chain, branches: Iterable[int]) -> frozenset:
     S = frozenset(int(b) for b in branches)
     bad = [b for b in S if not 0 <= b < chain.n]
     if bad:
-        raise ValueError(f"branch {bad[0]} is not one of the chain's 0..{chain.n - 1}")
+        raise BRANCH_NOT_IN_CHAIN(branch=bad[0], last=chain.n - 1)
     return S
 
 
@@ -340,7 +348,7 @@ def _ks(chain: Chain, ks: Iterable[int] | None) -> tuple[int, ...]:
     ks = tuple(range(chain.n + 1)) if ks is None else tuple(int(k) for k in ks)
     for k in ks:
         if not 0 <= k <= chain.n:
-            raise ValueError(f"path length {k} is outside 0..{chain.n}")
+            raise PATH_LENGTH_OUT_OF_RANGE(k=k, n=chain.n)
     return ks
 
 
@@ -361,7 +369,7 @@ def veit_sample(
     each sample with the branch VJPs it took: its k, or 0 for a path that does not exist.
     """
     if isinstance(samples, bool) or not isinstance(samples, (int, np.integer)) or samples < 1:
-        raise ValueError(f"samples must be a positive integer, got {samples!r}")
+        raise SAMPLES_NOT_POSITIVE(samples=samples)
     ks = _ks(chain, ks)
     mean, std = np.zeros(len(ks)), np.zeros(len(ks))
     mags = np.empty(int(samples))  # (samples,) one k at a time
@@ -386,8 +394,7 @@ def veit_exact(chain: Chain, ks: Iterable[int] | None = None) -> VeitEstimate:
     ks = _ks(chain, ks)
     paths = sum(math.comb(chain.n, k) for k in ks)
     if paths > MAX_EXACT_PATHS:
-        raise ValueError(f"{paths} paths to enumerate; expected at most {MAX_EXACT_PATHS} "
-                         "(use veit_sample)")  # fmt: skip
+        raise TOO_MANY_PATHS(paths=paths, most=MAX_EXACT_PATHS)
     mean, std = np.zeros(len(ks)), np.zeros(len(ks))
     for j, k in enumerate(ks):
         mags = [np.linalg.norm(path_gradient(chain, S))
@@ -406,9 +413,9 @@ def effective_range(shares: Sequence[float], mass: float = 0.9) -> tuple[int, in
     """
     s = np.asarray(shares, dtype=float)  # (K,)
     if s.ndim != 1 or s.size == 0 or (s < 0).any() or not np.isfinite(s).all():
-        raise ValueError("shares must be a non-empty list of finite non-negative numbers")
+        raise BAD_SHARES()
     if not 0.0 < mass <= 1.0:
-        raise ValueError(f"mass must be in (0, 1], got {mass!r}")
+        raise MASS_OUT_OF_RANGE(mass=mass)
     target = mass * s.sum() * (1 - 1e-12)
     c = np.concatenate([[0.0], np.cumsum(s)])  # (K + 1,)
     best = (0, s.size - 1)
@@ -439,9 +446,9 @@ def path_table(splits: Sequence[PathSplit], boundary: int = 0) -> list[PathRow]:
     """Per-k rows at ``boundary`` (0: the embeddings' output), over one or more splits:
     mean and std (ddof=0) over the splits of each share and norm."""
     if not splits:
-        raise ValueError("path_table needs at least one split")
+        raise NO_SPLIT(function="path_table")
     if any(isinstance(s.keys[0], tuple) for s in splits):
-        raise ValueError("path_table reads per-k splits; this one is joint (split by (a, m))")
+        raise JOINT_SPLIT(function="path_table", does="reads")
     n = splits[0].n
     sn = np.array([s.share_norm()[boundary] for s in splits])  # (S, n + 1)
     sp = np.array([s.share_proj()[boundary] for s in splits])  # (S, n + 1)

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from resgrad.lab.paths.exact import PathSplit, VeitEstimate, effective_range
+from resgrad.lab.study.refusals import JOINT_SPLIT, NO_SPLIT, UNLIKE_SPLITS, VEIT_KS_MISSING
 
 __all__ = ["path_figure", "save_path_figure"]
 
@@ -63,14 +64,14 @@ def path_figure(
     from resgrad.plots import new_figure
 
     if not splits:
-        raise ValueError("path_figure needs at least one split")
+        raise NO_SPLIT(function="path_figure")
     if any(isinstance(s.keys[0], tuple) for s in splits):
-        raise ValueError("path_figure draws per-k splits; this one is joint (split by (a, m))")
+        raise JOINT_SPLIT(function="path_figure", does="draws")
     n, S = splits[0].n, len(splits)
     if any(s.n != n or s.norms.shape != splits[0].norms.shape for s in splits):
-        raise ValueError("path_figure needs splits of one model (the same n and boundaries)")
+        raise UNLIKE_SPLITS()
     if veits and any(v.n != n or v.ks != tuple(range(n + 1)) for v in veits):
-        raise ValueError(f"path_figure needs Veit estimates of every k = 0..{n}")
+        raise VEIT_KS_MISSING(n=n)
     k = np.arange(n + 1)  # (K,)
     count = np.array([math.comb(n, j) for j in k], dtype=float)  # (K,)
     norms0 = np.array([s.norms[0] for s in splits])  # (S, K) ||part_k|| at x_0

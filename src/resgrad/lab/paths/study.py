@@ -332,4 +332,3 @@ def render_runs(rows: list[RunsRow], sources: list[str], label: str, n: int, stu
                      f"{r.mean_k:>5.2f} ± {r.mean_k_std:<5.2f} | {ranges}")  # fmt: skip
     lines.append("shares of the gradient's norm: " + ", ".join(sources))
     return "\n".join(lines) + "\n"
-

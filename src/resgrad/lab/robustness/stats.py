@@ -295,8 +295,9 @@ def verdict(
 
 
 class LevelResult(NamedTuple):
-    """The study at one loss level: every model's :class:`~resgrad.lab.robustness.levels.
-    Point`, the correlations, the regression and its intervals, the verdict."""
+    """The study at one loss level: every model's
+    :class:`~resgrad.lab.robustness.levels.Point`, the correlations, the regression and its
+    intervals, the verdict."""
 
     level: float
     path_metric: str

@@ -13,6 +13,8 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
+from resgrad.lab.study.refusals import OVER_BUDGET
+
 __all__ = [
     "Work",
     "format_seconds",
@@ -92,7 +94,7 @@ def format_seconds(t: float) -> str:
 def refuse_over_budget(seconds: float, budget: float, what: str, counts: str, more: str) -> None:
     """Refuse, in one line, a job estimated to take ``seconds``, longer than ``budget``: the
     one message of every estimated job (the splits of :mod:`resgrad.lab.paths`, the studies
-    of :mod:`resgrad.lab.lesion`).
+    of :mod:`resgrad.lab.lesion`), :data:`~resgrad.lab.study.refusals.OVER_BUDGET`.
 
     The message names ``what``, the estimate and the ``counts`` it comes from, the budget,
     and ``more``: how to ask for more time (e.g. ``"pass --budget {seconds}"``, formatted
@@ -104,9 +106,12 @@ def refuse_over_budget(seconds: float, budget: float, what: str, counts: str, mo
     """
     if seconds > budget:
         need = math.ceil(seconds * 1.25)  # room for the estimate's error
-        raise ValueError(
-            f"{what} would take about {format_seconds(seconds)} ({counts}; an estimate), "
-            f"more than the budget of {format_seconds(budget)}; " + more.format(seconds=need)
+        raise OVER_BUDGET(
+            what=what,
+            estimate=format_seconds(seconds),
+            counts=counts,
+            budget=format_seconds(budget),
+            more=more.format(seconds=need),
         )
 
 

@@ -28,6 +28,13 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, Protocol
 
+from resgrad.lab.study.refusals import (
+    NO_COMMON_ITERATION,
+    NO_RUN,
+    NOT_ONE_RUN,
+    RUN_GIVEN_TWICE,
+    SOURCE_GIVEN_TWICE,
+)
 from resgrad.lab.study.runs import RunModel, check_comparable, plan_runs, run_model
 
 __all__ = [
@@ -79,7 +86,7 @@ def refuse_twice(run_dirs: Sequence[str]) -> None:
     real = [os.path.realpath(d) for d in run_dirs]
     twice = next((d for i, d in enumerate(run_dirs) if real[i] in real[:i]), None)
     if twice is not None:
-        raise ValueError(f"run directory {twice!r} is given twice; each run counts once")
+        raise RUN_GIVEN_TWICE(run=twice)
 
 
 def refuse_repeated(sources: Sequence[str]) -> None:
@@ -91,7 +98,7 @@ def refuse_repeated(sources: Sequence[str]) -> None:
     """
     twice = next((d for i, d in enumerate(sources) if d in sources[:i]), None)
     if twice is not None:
-        raise ValueError(f"SOURCE {twice!r} is given twice; each model counts once")
+        raise SOURCE_GIVEN_TWICE(source=twice)
 
 
 def run_names(paths: Sequence[str]) -> list[str]:
@@ -151,7 +158,7 @@ def every_checkpoint(
                     ids = tok.encode(text)
                 rm = run_model(model.cfg, ckpt, ids)
                 first = first or (path, rm)
-                check_comparable([first, (path, rm)], "checkpoint", "not one run")
+                check_comparable([first, (path, rm)], "checkpoint", NOT_ONE_RUN)
                 steps.append(Checkpoint(it, path, study.run(model, ids, name, bar.update), rm))
                 del model
             out.append(steps)
@@ -180,13 +187,12 @@ def common_steps(runs: Sequence[Sequence[Checkpoint]]) -> list[Step]:
         iteration kept by every run.
     """
     if not runs:
-        raise ValueError("no run to compare")
+        raise NO_RUN()
     check_comparable([(os.path.dirname(r[0].path), r[0].model) for r in runs], "run")
     by_run = [{c.iteration: c for c in r} for r in runs]
     common = sorted(set.intersection(*(set(b) for b in by_run)))
     if not common:
-        raise ValueError("the runs kept no iteration in common; train them with the same "
-                         "--keep-every")  # fmt: skip
+        raise NO_COMMON_ITERATION()
     return [Step(it, [b[it] for b in by_run]) for it in common]
 
 

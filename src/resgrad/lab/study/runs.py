@@ -15,6 +15,13 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from resgrad.lab.study.refusals import (
+    NO_KEPT_CHECKPOINT,
+    NOT_A_RUN_DIRECTORY,
+    UNLIKE_RUNS,
+    Refusal,
+)
+
 # --------------------------------------------------------------------------- through training
 
 
@@ -61,13 +68,14 @@ def run_model(cfg, ckpt, ids: np.ndarray | None) -> RunModel:
 
 
 def check_comparable(
-    models: Sequence[tuple[str, RunModel]], kind: str = "run", why: str = ""
+    models: Sequence[tuple[str, RunModel]], kind: str = "run", refusal: Refusal = UNLIKE_RUNS
 ) -> None:
     """Refuse, in one line, ``(name, RunModel)`` pairs that differ from the first in any field.
 
-    The message names the ``kind`` ("run", "checkpoint") and name that differs, the
-    field, both values, and ``why`` they must not differ (by default: only runs of one
-    model on one text are compared).
+    The message, ``refusal``'s, names the ``kind`` ("run", "checkpoint") and name that
+    differs, the field, both values, and why they must not differ
+    (:data:`~resgrad.lab.study.refusals.UNLIKE_RUNS`: only runs of one model on one text are
+    compared; :data:`~resgrad.lab.study.refusals.NOT_ONE_RUN`: a run's checkpoints).
 
     Raises
     ------
@@ -80,10 +88,8 @@ def check_comparable(
         for field in RunModel._fields:
             a, b = getattr(m0, field), getattr(m, field)
             if a != b:
-                raise ValueError(
-                    f"{kind} {name!r} has {FIELD_NAMES[field]} {b}, {kind} {name0!r} has {a}: "
-                    + (why or f"only {kind}s of one model on one text are compared")
-                )
+                raise refusal(kind=kind, name=name, field=FIELD_NAMES[field], value=b,
+                              first=name0, first_value=a)  # fmt: skip
 
 
 class RunPlan(NamedTuple):
@@ -100,26 +106,27 @@ def _kept(run_dir: str) -> list[tuple[int, str]]:
     from resgrad.train.rundir import kept_checkpoints
 
     if not os.path.isdir(run_dir):
-        raise NotADirectoryError(f"{run_dir!r} is not a directory (expected a training run's)")
+        raise NOT_A_RUN_DIRECTORY(run=run_dir)
     kept = kept_checkpoints(run_dir)
     if not kept:
-        raise ValueError(f"{run_dir!r} keeps no checkpoint per step (ckpt-<iter>.ckpt); "
-                         "train it with --keep-every N")  # fmt: skip
+        raise NO_KEPT_CHECKPOINT(run=run_dir)
     return kept
 
 
 def plan_runs(run_dirs: Sequence[str], text: str | None = None) -> list[RunPlan]:
-    """Read each run's first kept checkpoint (not its splits): what
-    :func:`run_checkpoint_paths` of each, and :func:`across_runs` of them all, will do.
+    """Read each run's first kept checkpoint (not its studies): what
+    :func:`~resgrad.lab.study.protocol.every_checkpoint` of them will go through.
 
     For the checks a caller makes before the work (the model's size, the time it takes)
     and the one made here: runs of another scheme, depth, width, heads, vocabulary or
-    text tokens than the first are refused before any split (:func:`check_comparable`).
+    text tokens than the first are refused before any study (:func:`check_comparable`).
 
     Raises
     ------
-    ValueError, OSError
-        As :func:`run_checkpoint_paths`; or runs that cannot be compared.
+    ValueError
+        A run that kept no checkpoint per step, or runs that cannot be compared.
+    OSError
+        A run directory that is not a directory, or a checkpoint that cannot be read.
     """
     from resgrad.train.data import default_corpus
     from resgrad.train.sample import load_model

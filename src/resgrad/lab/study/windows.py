@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from resgrad.lab.study.refusals import SEQ_OVER_CONTEXT, SEQ_TOO_LONG, TEXT_TOO_SHORT
 from resgrad.nn.model import GPTConfig
 
 
@@ -20,7 +21,7 @@ def text_windows(ids: np.ndarray, seq: int, batch: int, seed: int) -> np.ndarray
     """
     ids = np.asarray(ids, dtype=np.int64)
     if len(ids) < seq + 1:
-        raise ValueError(f"the text is {len(ids)} tokens; --seq {seq} needs at least {seq + 1}")
+        raise TEXT_TOO_SHORT(tokens=len(ids), seq=seq, need=seq + 1)
     rng = np.random.default_rng([seed, 1])
     starts = rng.integers(0, len(ids) - seq, size=batch)  # (B,)
     return ids[starts[:, None] + np.arange(seq + 1)]  # (B, T + 1)
@@ -29,7 +30,7 @@ def text_windows(ids: np.ndarray, seq: int, batch: int, seed: int) -> np.ndarray
 def check_seq(cfg: GPTConfig, seq: int) -> None:
     """Refuse windows of ``seq`` tokens longer than the model's context (its block_size)."""
     if seq > cfg.block_size:
-        raise ValueError(f"seq {seq} is longer than the model's context of {cfg.block_size}")
+        raise SEQ_OVER_CONTEXT(seq=seq, context=cfg.block_size)
 
 
 def refuse_long_seq(cfg, seq: int, default: bool = False) -> None:
@@ -42,5 +43,4 @@ def refuse_long_seq(cfg, seq: int, default: bool = False) -> None:
     """
     if seq > cfg.block_size:
         given = " (the default)" if default else ""
-        raise ValueError(f"--seq {seq}{given} is longer than the model's {cfg.block_size} "
-                         f"positions; pass --seq {cfg.block_size} or less")  # fmt: skip
+        raise SEQ_TOO_LONG(seq=seq, given=given, positions=cfg.block_size)
