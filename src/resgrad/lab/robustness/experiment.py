@@ -72,7 +72,7 @@ class RobustnessConfig:
     batch_size: int = 8  # B of training
     max_iters: int = 300  # steps per model
     keep_every: int = 10  # a checkpoint kept every this many steps (and at 0 and the end)
-    lr: float = 3e-3  # peak learning rate (warmup 20 steps, cosine to lr / 10)
+    lr: float = 1e-3  # peak learning rate (warmup 30 steps, cosine to lr / 10): issue 30's
     windows: int = 4  # windows per window seed of the studies
     window_seeds: tuple[int, ...] = (0, 1)
     samples: int = 10  # random sets of the k = 2 deletion
@@ -144,7 +144,7 @@ class RobustnessConfig:
         return TrainConfig(
             n_layer=L, n_head=self.n_head, n_embd=self.n_embd, block_size=self.block_size,
             batch_size=self.batch_size, max_iters=self.max_iters, lr=self.lr,
-            min_lr=self.lr / 10, warmup_iters=min(20, self.max_iters // 5),
+            min_lr=self.lr / 10, warmup_iters=min(30, self.max_iters // 5),
             lr_decay_iters=self.max_iters, eval_interval=self.max_iters, eval_iters=2,
             variant=scheme, rezero_alpha=float(dose), seed=seed, data=self.data,
             out_dir=os.path.join(out_dir, "runs", name), keep_every=self.keep_every,
