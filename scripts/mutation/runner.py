@@ -63,7 +63,11 @@ def _apply(root: str, m: Mutant) -> None:
         f.write(text.replace(m.old, m.new))
 
 
-def _pytest(root: str, tests: tuple[str, ...], hide_torch: bool, jobs: int = 1) -> tuple[int, str]:
+MUTANT_TIMEOUT_S = 600  # a mutant's tests still running after this hang: the suite fails
+
+
+def _pytest(root: str, tests: tuple[str, ...], hide_torch: bool, jobs: int = 1,
+            timeout: float | None = None) -> tuple[int, str]:  # fmt: skip
     paths = [os.path.join(root, "src")]
     if hide_torch:
         shim = os.path.join(root, "_no_torch")
@@ -75,11 +79,14 @@ def _pytest(root: str, tests: tuple[str, ...], hide_torch: bool, jobs: int = 1) 
     if jobs > 1:  # several pytest runs share the cores: one BLAS thread each
         env["OMP_NUM_THREADS"] = env["OPENBLAS_NUM_THREADS"] = "1"
     env.pop("RESGRAD_REQUIRE_TORCH", None)  # with torch hidden, its tests skip
-    p = subprocess.run(
-        [sys.executable, "-m", "pytest", "-x", "-q", "-m", "not slow", "-p", "no:cacheprovider",
-         *tests],
-        cwd=root, env=env, capture_output=True, text=True, timeout=900,
-    )  # fmt: skip
+    try:
+        p = subprocess.run(
+            [sys.executable, "-m", "pytest", "-x", "-q", "-m", "not slow", "-p",
+             "no:cacheprovider", *tests],
+            cwd=root, env=env, capture_output=True, text=True, timeout=timeout,
+        )  # fmt: skip
+    except subprocess.TimeoutExpired:  # a test the mutant made hang: it does not pass
+        return 124, f"timed out after {timeout:.0f} s"
     lines = (p.stdout + p.stderr).strip().splitlines()
     return p.returncode, lines[-1] if lines else ""
 
@@ -122,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
             work = os.path.join(tmp, f"m{i}")
             _copy_tree(work)
             _apply(work, m)
-            rc, _ = _pytest(work, m.tests, args.no_torch, args.jobs)
+            rc, _ = _pytest(work, m.tests, args.no_torch, args.jobs, MUTANT_TIMEOUT_S)
             shutil.rmtree(work)
             if rc == 5:  # no tests collected, which proves nothing
                 raise SystemExit(f"mutant {m.name!r}: no tests collected from {m.tests}")

@@ -10,6 +10,7 @@ import pickle
 import numpy as np
 import pytest
 
+import resgrad.lab.lesion.study as lesion_study  # where the study calls its work: spied
 from resgrad.cli import main
 from resgrad.formats.checkpoint import Checkpoint, save_checkpoint
 from resgrad.formats.hf import export_hf
@@ -189,7 +190,7 @@ def test_plot_writes_the_librarys_figure_and_a_bad_extension_fails_before_any_wo
     def boom(*a, **k):
         raise AssertionError("the study ran before the plot's path was refused")
 
-    monkeypatch.setattr(lesionstudy, "lesson_study", boom)
+    monkeypatch.setattr(lesion_study, "lesson_study", boom)
     _fails(capsys, ["lesion", "lesson", "--plot", str(tmp_path / "lesion.jpg")], "jpg")
 
 
@@ -226,7 +227,7 @@ def test_a_model_refusals_come_before_any_work(tmp_path, text_file, capsys, monk
     def boom(*a, **k):
         raise AssertionError("the study ran before the refusal")
 
-    monkeypatch.setattr(lesionstudy, "model_study", boom)
+    monkeypatch.setattr(lesion_study, "model_study", boom)
     _fails(capsys, ["lesion", run, "--text", text_file, "--k", "4"],
            "k 4 is out of range; expected an integer in 1..3")  # fmt: skip
     _fails(capsys, ["lesion", run, "--text", text_file, "--blocks", "3"],

@@ -10,6 +10,7 @@ import pickle
 import numpy as np
 import pytest
 
+import resgrad.lab.paths.study as paths_study  # where the studies call their work: spied
 from resgrad.cli import main
 from resgrad.formats.checkpoint import Checkpoint, save_checkpoint
 from resgrad.formats.hf import export_hf
@@ -144,7 +145,7 @@ def test_plot_writes_the_librarys_figure_and_a_bad_extension_fails_before_any_wo
     def boom(*a, **k):
         raise AssertionError("the split ran before the extension was checked")
 
-    monkeypatch.setattr(pathchains, "stack_chain", boom)
+    monkeypatch.setattr(paths_study, "stack_chain", boom)
     assert main(["paths", "lesson", "--plot", str(tmp_path / "paths.pdf")]) == 2
     err = capsys.readouterr().err
     assert "paths.pdf" in err and ".png or .svg" in err and err.count("\n") == 1, err
@@ -197,8 +198,8 @@ def test_an_absurd_size_is_refused_in_one_line_before_allocating(
     def boom(*a, **k):
         raise AssertionError("allocated before the estimate")
 
-    monkeypatch.setattr(pathchains, "stack_chain", boom)
-    monkeypatch.setattr(paths, "model_splits", boom)
+    monkeypatch.setattr(paths_study, "stack_chain", boom)
+    monkeypatch.setattr(paths_study, "model_splits", boom)
     assert main(["paths", *extra]) == 2
     err = capsys.readouterr().err
     assert err.startswith("resgrad paths: ") and "would need about" in err, err
@@ -266,9 +267,8 @@ def test_a_veit_count_of_days_is_refused_at_once_saying_what_it_would_take(
 ):
     extra = ["lesson"] if source == "lesson" else [_hf(tmp_path), "--text", text_file,
                                                     "--seq", "8"]  # fmt: skip
-    monkeypatch.setattr(pathchains, "stack_chain", _boom)
-    for name in ("model_splits", "model_veit", "veit_sample", "split"):
-        monkeypatch.setattr(paths, name, _boom)
+    for name in ("stack_chain", "model_splits", "model_veit", "veit_sample", "split"):
+        monkeypatch.setattr(paths_study, name, _boom)  # no work may start before the refusal
     assert main(["paths", *extra, "--veit", "1000000000"]) == 2
     io_ = capsys.readouterr()
     err = io_.err
@@ -351,7 +351,7 @@ def test_a_seq_longer_than_the_model_names_the_flag_and_whether_it_was_typed(
         ckpt = Checkpoint(params=GPT(CFG, seed=1).params, optimizer={}, iteration=0, vocab=CHARS,
                           config={"model": {**CFG.__dict__}, "train": {}})  # fmt: skip
         save_checkpoint(tmp_path / "run" / "last.ckpt", ckpt)
-    monkeypatch.setattr(paths, "model_splits", _boom)
+    monkeypatch.setattr(paths_study, "model_splits", _boom)
     assert main(["paths", src, "--text", text_file, *extra]) == 2
     err = capsys.readouterr().err
     assert err == f"resgrad paths: error: {message}" + ("\n" if extra != ["--seq=20"] else
@@ -402,7 +402,7 @@ def test_a_plot_that_cannot_be_written_is_refused_before_any_work(
     (tmp_path / "file.txt").write_text("keep")
     (tmp_path / "adir.png").mkdir()
     dest = dest if dest.startswith("/") else f"{tmp_path}/{dest}"
-    monkeypatch.setattr(pathchains, "stack_chain", _boom)
+    monkeypatch.setattr(paths_study, "stack_chain", _boom)
     assert main(["paths", "lesson", "--depth", "4", "--plot", dest]) == 2
     io_ = capsys.readouterr()
     assert io_.out == "" and io_.err.count("\n") == 1, io_
