@@ -79,6 +79,7 @@ def test_there_are_notebooks():
         "02_gradient_flow_explorer.ipynb",
         "03_gradient_paths.ipynb",
         "04_lesion.ipynb",
+        "05_equal_loss.ipynb",
     ]
 
 
