@@ -162,12 +162,12 @@ class RobustnessConfig:
         """An estimate of the whole study on ``jobs`` workers: each model's training (3 x a
         forward's flops a step) and its studies at every kept checkpoint."""
         total = 0.0
+        paths, lesion = self.studies()
         for _, c, _ in self.cells("."):
             g = c.gpt_config(vocab_size)
             B, T, C, L, V = c.batch_size, c.block_size, c.n_embd, c.n_layer, vocab_size
             step = 3 * (L * (24 * B * T * C * C + 4 * B * T * T * C) + 2 * B * T * C * V)
             kept = c.max_iters // c.keep_every + 2
-            paths, lesion = self.studies()
             total += c.max_iters * (step / FLOPS_PER_S + 2e-3 * L)
             total += paths.cost(g, kept).seconds + lesion.cost(g, kept).seconds
         return total / max(jobs, 1)
@@ -242,6 +242,10 @@ def run_cells(cfg: RobustnessConfig, out_dir: str, *, jobs: int | None = None,
         if os.path.exists(last):
             _check_same_cell(c, last, corpus)
     os.makedirs(out_dir, exist_ok=True)  # after every refusal: a refused study writes nothing
+    from resgrad.formats.atomic import atomic_write_text
+
+    # the text the studies read, so that a point can be read again with resgrad paths/lesion
+    atomic_write_text(os.path.join(out_dir, "validation.txt"), validation_text(corpus.text))
     studies = json.dumps(dataclasses.asdict(cfg.studies()[1]), sort_keys=True, default=str)
     keys = [cell_key(c, corpus.sha256) + studies for _, c, _ in cells]
     points = [(c, k, cfg, corpus.text) for _, c, k in cells]
@@ -292,10 +296,6 @@ def equal_loss(cfg: RobustnessConfig, out_dir: str, **grid) -> tuple[list, list[
 
     rows = run_cells(cfg, out_dir, **grid)
     atomic_write_text(os.path.join(out_dir, "checkpoints.csv"), to_csv(rows, list(ROW_FIELDS)))
-    from resgrad.train.data import load_corpus
-
-    text = validation_text(load_corpus(cfg.data, cfg.block_size).text)  # to read a point again
-    atomic_write_text(os.path.join(out_dir, "validation.txt"), text)
     trajs = trajectories(rows, out_dir)
     levels = cfg.levels or choose_levels(trajs, cfg.n_levels, part=LEVELS_PART)
     return analyse(trajs, levels, B=cfg.bootstrap), trajs
