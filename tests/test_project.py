@@ -132,6 +132,7 @@ FLOORS = [
             "flow",
             "paths.chains",
             "paths.exact",
+            "paths.veit",
             "paths.figs",
             "paths.runs",
             "paths.study",

@@ -6,7 +6,9 @@ loop that skips clipping or evaluates with dropout on, a checkpoint that is not
 verified, a sampler with an off-by-one mask. For every mutant the source and the
 tests are copied to a fresh temporary directory, the mutation is applied to the
 copy, and the test files that cover that module run there (``pytest -x``, with
-``PYTHONPATH`` pointing at the copy). The working tree is never modified.
+``PYTHONPATH`` pointing at the copy). The working tree is never modified, and is read
+once: every mutant is copied from the snapshot the baseline passed on, so an edit made
+while a long run goes on changes nothing in it.
 
 A mutant is *killed* when its tests fail, and *survives* when they pass. The run
 first checks that every test subset passes on the unmutated copy (otherwise a
@@ -43,13 +45,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 NO_TORCH = "raise ImportError('hidden by scripts/mutants.py --no-torch')\n"
 
 
-def _copy_tree(dst: str) -> None:
+def _copy_tree(dst: str, src: str = ROOT) -> None:
     for d in ("src", "tests", "benchmarks"):  # tests read benchmarks/ scripts' models
         shutil.copytree(
-            os.path.join(ROOT, d), os.path.join(dst, d),
+            os.path.join(src, d), os.path.join(dst, d),
             ignore=shutil.ignore_patterns("__pycache__", "*.pyc"),
         )  # fmt: skip
-    shutil.copy(os.path.join(ROOT, "pyproject.toml"), dst)
+    shutil.copy(os.path.join(src, "pyproject.toml"), dst)
 
 
 def _apply(root: str, m: Mutant) -> None:
@@ -127,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
 
         def run_one(i: int, m: Mutant) -> bool:
             work = os.path.join(tmp, f"m{i}")
-            _copy_tree(work)
+            _copy_tree(work, base)  # the snapshot the baseline passed on, not the working tree
             _apply(work, m)
             rc, _ = _pytest(work, m.tests, args.no_torch, args.jobs, MUTANT_TIMEOUT_S)
             shutil.rmtree(work)

@@ -12,6 +12,7 @@ from resgrad.lab.lesson import StackConfig, run_stack
 from resgrad.lab.paths import chains as pathchains
 from resgrad.lab.paths import exact as paths
 from resgrad.lab.paths import figs as pathfigs
+from resgrad.lab.paths import veit
 from resgrad.lab.study import budget
 from resgrad.nn.blocks import VARIANTS
 from resgrad.nn.model import GPT, GPTConfig
@@ -152,7 +153,7 @@ def _enumerated(chain):
     kinds = [s.kind for s in chain.steps]
     for bits in itertools.product((0, 1), repeat=chain.n):
         S = [j for j, b in enumerate(bits) if b]
-        g = paths.path_gradient(chain, S)
+        g = veit.path_gradient(chain, S)
         a = sum(1 for j in S if kinds[j] == 0)
         by_k[len(S)] = by_k.get(len(S), 0) + g
         by_am[a, len(S) - a] = by_am.get((a, len(S) - a), 0) + g
@@ -271,29 +272,29 @@ def test_a_linear_stack_matches_the_binomial_closed_form():
 
 def test_veits_sampled_estimate_converges_to_its_exact_expectation():
     chain = pathchains.stack_chain(StackConfig(depths=(8,), scale=1.5))
-    exact = paths.veit_exact(chain)
+    exact = veit.veit_exact(chain)
     assert exact.count.tolist() == [math.comb(8, k) for k in range(9)]
     np.testing.assert_allclose(exact.total, exact.count * exact.mean)
     errs = []
     for N in (10, 100, 1000):
-        est = paths.veit_sample(chain, samples=N, seed=7)
+        est = veit.veit_sample(chain, samples=N, seed=7)
         err = np.abs(est.mean - exact.mean)
         assert (err <= 4 * exact.std / math.sqrt(N) + 1e-12).all(), N  # within sampling error
         errs.append((err / exact.mean).max())
     assert errs[2] < errs[0] and errs[2] < 0.05
     # one path of length 0 and one of length n: sampling them is exact
-    est = paths.veit_sample(chain, samples=3, seed=0, ks=[0, 8])
+    est = veit.veit_sample(chain, samples=3, seed=0, ks=[0, 8])
     np.testing.assert_allclose(est.mean, exact.mean[[0, 8]], rtol=1e-14)
     assert (
-        paths.veit_sample(chain, 5, seed=1).mean.tolist()
-        == paths.veit_sample(chain, 5, seed=1).mean.tolist()
+        veit.veit_sample(chain, 5, seed=1).mean.tolist()
+        == veit.veit_sample(chain, 5, seed=1).mean.tolist()
     )  # seeded
 
 
 def test_veits_magnitudes_bound_the_exact_split_from_above():
     """Figure 6(c) sums magnitudes: by the triangle inequality it bounds ||part_k||."""
     _, _, chain = _chain("pre-ln", n_layer=3)
-    sp, ve = paths.split(chain), paths.veit_exact(chain)
+    sp, ve = paths.split(chain), veit.veit_exact(chain)
     assert (sp.norms[0] <= ve.total * (1 + 1e-12)).all()
     assert (sp.norms[0][2:] < 0.999 * ve.total[2:]).any()  # cancellation is real
 
@@ -317,11 +318,11 @@ def test_effective_range_and_the_table():
 def test_bad_input_is_refused_naming_the_value():
     _, _, chain = _chain("pre-ln")
     with pytest.raises(ValueError, match="branch 4 is not one of the chain's 0..3"):
-        paths.path_gradient(chain, [4])
+        veit.path_gradient(chain, [4])
     with pytest.raises(ValueError, match="samples must be a positive integer, got 0"):
-        paths.veit_sample(chain, 0, seed=0)
+        veit.veit_sample(chain, 0, seed=0)
     with pytest.raises(ValueError, match="path length 5 is outside 0..4"):
-        paths.veit_sample(chain, 1, seed=0, ks=[5])
+        veit.veit_sample(chain, 1, seed=0, ks=[5])
     with pytest.raises(ValueError, match="unknown activation 'relu'"):
         pathchains.stack_chain(activation="relu")
     with pytest.raises(ValueError, match="mass must be in"):
@@ -330,7 +331,7 @@ def test_bad_input_is_refused_naming_the_value():
         paths.path_table([paths.split(chain, joint=True)])
     big = pathchains.stack_chain(StackConfig(depths=(17,)))
     with pytest.raises(ValueError, match="131072 paths to enumerate"):
-        paths.veit_exact(big)
+        veit.veit_exact(big)
 
 
 # ----------------------------------------------------------------- figures
@@ -340,7 +341,7 @@ def _lesson_splits(seeds, depth=6):
     chains = [
         pathchains.stack_chain(StackConfig(depths=(depth,), scale=1.5, seed=s)) for s in seeds
     ]
-    return [paths.split(c) for c in chains], [paths.veit_sample(c, 20, seed=0) for c in chains]
+    return [paths.split(c) for c in chains], [veit.veit_sample(c, 20, seed=0) for c in chains]
 
 
 def _lines(ax):
@@ -418,7 +419,7 @@ def test_the_figure_refuses_what_it_cannot_draw():
         pathfigs.path_figure(splits + other)
     with pytest.raises(ValueError, match="every k = 0..6"):
         six = pathchains.stack_chain(StackConfig(depths=(6,)))
-        pathfigs.path_figure(splits, [paths.veit_sample(six, 3, seed=0, ks=[0, 1])])
+        pathfigs.path_figure(splits, [veit.veit_sample(six, 3, seed=0, ks=[0, 1])])
     _, _, chain = _chain("pre-ln")
     with pytest.raises(ValueError, match="joint"):
         pathfigs.path_figure([paths.split(chain, joint=True)])
@@ -429,14 +430,14 @@ def test_model_veit_samples_each_seeds_windows():
 
     m = _model("pre-ln")
     ids = np.random.default_rng(5).integers(0, 13, size=200)
-    got = paths.model_veit(m, ids, seq=6, batch=2, seeds=(0, 3), samples=4)
+    got = veit.model_veit(m, ids, seq=6, batch=2, seeds=(0, 3), samples=4)
     for s, v in zip((0, 3), got):
         w = text_windows(ids, 6, 2, s)  # (B, T + 1)
-        ref = paths.veit_sample(pathchains.gpt_chain(m, w[:, :-1], w[:, 1:]), 4, seed=0)
+        ref = veit.veit_sample(pathchains.gpt_chain(m, w[:, :-1], w[:, 1:]), 4, seed=0)
         np.testing.assert_allclose(v.mean, ref.mean, rtol=1e-12)
     assert not np.allclose(got[0].mean, got[1].mean)  # two batches, two estimates
     with pytest.raises(ValueError, match="seq 9 is longer than the model's context of 8"):
-        paths.model_veit(m, ids, seq=9, batch=2, seeds=(0,), samples=1)
+        veit.model_veit(m, ids, seq=9, batch=2, seeds=(0,), samples=1)
 
 
 def test_a_split_too_long_to_finish_is_refused_before_it_starts(monkeypatch):
@@ -507,11 +508,11 @@ def test_veit_sample_is_its_documented_protocol_recomputed_by_hand():
     """Per k: ``default_rng([seed, k])`` draws ``samples`` sets of k distinct branches; the
     mean and the std (ddof=0) of their paths' magnitudes at x_0."""
     chain = pathchains.stack_chain(StackConfig(depths=(6,), scale=1.5))
-    est = paths.veit_sample(chain, 7, seed=3, ks=[2, 5])
+    est = veit.veit_sample(chain, 7, seed=3, ks=[2, 5])
     assert est.ks == (2, 5) and est.samples == 7 and est.seed == 3
     for j, k in enumerate((2, 5)):
         rng = np.random.default_rng([3, k])
-        mags = [float(np.linalg.norm(paths.path_gradient(chain, rng.choice(6, k, replace=False))))
+        mags = [float(np.linalg.norm(veit.path_gradient(chain, rng.choice(6, k, replace=False))))
                 for _ in range(7)]  # fmt: skip
         mean = sum(mags) / 7
         assert len(set(mags)) > 1  # a spread, so that the std's ddof matters
@@ -522,14 +523,14 @@ def test_veit_sample_is_its_documented_protocol_recomputed_by_hand():
 
 def test_veit_sample_of_one_k_is_the_same_whatever_other_ks_are_asked_for():
     chain = pathchains.stack_chain(StackConfig(depths=(6,), scale=1.5))
-    alone = paths.veit_sample(chain, 9, seed=4, ks=[2])
-    with5 = paths.veit_sample(chain, 9, seed=4, ks=[2, 5])
-    before = paths.veit_sample(chain, 9, seed=4, ks=[5, 2])
-    every = paths.veit_sample(chain, 9, seed=4)
+    alone = veit.veit_sample(chain, 9, seed=4, ks=[2])
+    with5 = veit.veit_sample(chain, 9, seed=4, ks=[2, 5])
+    before = veit.veit_sample(chain, 9, seed=4, ks=[5, 2])
+    every = veit.veit_sample(chain, 9, seed=4)
     assert alone.mean[0] == with5.mean[0] == before.mean[1] == every.mean[2]
     assert alone.std[0] == with5.std[0] == before.std[1] == every.std[2]
     assert with5.mean[1] == before.mean[0] == every.mean[5]
-    assert paths.veit_sample(chain, 9, seed=5, ks=[2]).mean[0] != alone.mean[0]  # seeded
+    assert veit.veit_sample(chain, 9, seed=5, ks=[2]).mean[0] != alone.mean[0]  # seeded
 
 
 # ----------------------------------------------------------------- the cost, before the work
@@ -541,7 +542,7 @@ def test_the_estimate_counts_exactly_the_vjps_the_work_does():
     sp = paths.split(chain, tick=ticks.append)
     assert sum(ticks) == sp.vjps == budget.lesson_work(7, 16, 4, chains=1).vjps == 28
     ticks.clear()
-    paths.veit_sample(chain, 3, seed=0, tick=ticks.append)
+    veit.veit_sample(chain, 3, seed=0, tick=ticks.append)
     assert sum(ticks) == 3 * 28 == budget.lesson_work(7, 16, 4, 1, samples=3).vjps - 28
     plain = paths.split(pathchains.stack_chain(StackConfig(depths=(7,)), residual=False))
     assert plain.vjps == budget.lesson_work(7, 16, 4, 1, residual=False).vjps == 7
@@ -549,7 +550,7 @@ def test_the_estimate_counts_exactly_the_vjps_the_work_does():
     ids = np.random.default_rng(0).integers(0, 13, size=100)
     ticks.clear()
     splits = paths.model_splits(m, ids, 6, 2, (0, 1), tick=ticks.append)
-    paths.model_veit(m, ids, 6, 2, (0, 1), 2, tick=ticks.append)
+    veit.model_veit(m, ids, 6, 2, (0, 1), 2, tick=ticks.append)
     assert sum(ticks) == 2 * splits[0].vjps + 2 * 2 * 21 == budget.model_work(
         m.cfg, 6, 2, chains=2, samples=2).vjps  # fmt: skip
     none = _model("none", n_layer=3)

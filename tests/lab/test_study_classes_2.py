@@ -16,6 +16,7 @@ from resgrad.lab.lesion import measure
 from resgrad.lab.lesion.study import LesionStudy
 from resgrad.lab.paths import chains as pathchains
 from resgrad.lab.paths import exact as pathsx
+from resgrad.lab.paths import veit as pathveit
 from resgrad.lab.paths.study import PathsStudy
 from resgrad.lab.study import budget
 from resgrad.lab.study.windows import check_seq, refuse_long_seq, text_windows
@@ -225,7 +226,7 @@ def test_the_paths_estimate_counts_the_vjps_a_split_performs(variant):
     assert budget.model_work(m.cfg, 6, 2, chains=1).vjps == want
     chain, calls = _counted_chain(m)
     ticks = []
-    pathsx.veit_sample(chain, 3, seed=0, tick=ticks.append)
+    pathveit.veit_sample(chain, 3, seed=0, tick=ticks.append)
     # each sampled path of k branches: k VJPs; with no skip only k = n's paths exist
     assert len(calls) == sum(ticks) == 3 * (sum(range(n + 1)) if variant != "none" else n)
     assert budget.model_work(m.cfg, 6, 2, 1, samples=3).vjps == want + len(calls)

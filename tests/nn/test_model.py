@@ -276,8 +276,10 @@ def test_rezero_alpha_is_every_blocks_alpha_at_init_and_the_model_passes_its_che
 @pytest.mark.parametrize(
     "kw, match",
     [
-        (dict(variant="pre-ln", rezero_alpha=0.5),
-         "rezero_alpha 0.5 is rezero's alpha at initialization; variant 'pre-ln' has none"),
+        (
+            dict(variant="pre-ln", rezero_alpha=0.5),
+            "rezero_alpha 0.5 is rezero's alpha at initialization; variant 'pre-ln' has none",
+        ),
         (dict(variant="rezero", rezero_alpha=-0.1), r"rezero_alpha must be a number in \[0, 10\]"),
         (dict(variant="rezero", rezero_alpha=10.5), r"got 10.5"),
         (dict(variant="rezero", rezero_alpha=True), "got True"),

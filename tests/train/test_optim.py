@@ -289,9 +289,14 @@ def test_adamw_slices_only_large_parameters_and_a_small_model_stays_on_one_threa
     assert (params["b"] < 1).all()
 
 
-def test_grad_norms_in_float64_pieces_equal_the_whole_norm(monkeypatch):
+@pytest.mark.parametrize("compiled", [False, True])
+def test_grad_norms_in_float64_pieces_equal_the_whole_norm(monkeypatch, compiled):
+    """Both passes: the readable NumPy one in pieces of CHUNK, and the compiled kernel
+    where it runs (the kernel would otherwise hide the pieces' bounds from this test)."""
+    from resgrad.nn import kernels
     from resgrad.train import optim
 
+    monkeypatch.setattr(kernels, "ENABLED", compiled)
     monkeypatch.setattr(optim, "CHUNK", 7)  # pieces of 7: every boundary case below
     rng = np.random.default_rng(0)
     grads = {

@@ -12,6 +12,7 @@ CLI = ("tests/cli/test_cli_paths.py",)
 CLI_TRAINING = ("tests/cli/test_cli_paths_training.py",)
 DESTINATIONS = ("tests/cli/test_cli_plot_destinations.py",)
 P = "lab/paths/exact.py"
+V = "lab/paths/veit.py"
 CHAINS = "lab/paths/chains.py"
 BUDGET = "lab/study/budget.py"
 FIGS = "lab/paths/figs.py"
@@ -20,7 +21,7 @@ C = "cli/paths_cmds.py"
 A = "formats/atomic.py"
 
 MUTANTS = [
-    # -- lab/paths/exact.py (9)
+    # -- lab/paths/exact.py and lab/paths/veit.py
     Mutant("paths: post-ln's branch VJP skips the trunk's LayerNorm", 'lab/paths/exact.py',
            "dx, gb = s.branch(t)  # the branch's VJP ...",
            "dx, gb = s.branch(d)  # the branch's VJP ...", PATHS, 'formula'),
@@ -36,7 +37,7 @@ MUTANTS = [
     Mutant('paths: projection shares over ||g||, not ||g||^2', 'lab/paths/exact.py',
            'sq = np.square(self.full_norms)[:, None]  # (L + 1, 1)',
            'sq = self.full_norms[:, None]  # (L + 1, 1)', PATHS, 'statistics'),
-    Mutant("paths: Veit's sample may pass one branch twice", 'lab/paths/exact.py',
+    Mutant("paths: Veit's sample may pass one branch twice", V,
            'rng.choice(chain.n, size=k, replace=False)',
            'rng.choice(chain.n, size=k, replace=True)', PATHS, 'formula'),
     Mutant('paths: the 90% range\'s cumulative sum lacks its leading 0', 'lab/paths/exact.py',
@@ -52,7 +53,7 @@ MUTANTS = [
            "sp[:, k].std()", "sp[:, k].std(ddof=1)", LAB, "statistics"),
     Mutant("paths: the table's std of ||part_k|| with ddof=1", P,
            "nm[:, k].std()", "nm[:, k].std(ddof=1)", LAB, "statistics"),
-    Mutant("paths: Veit's std over the samples with ddof=1", P,
+    Mutant("paths: Veit's std over the samples with ddof=1", V,
            "mean[j], std[j] = mags.mean(), mags.std()",
            "mean[j], std[j] = mags.mean(), mags.std(ddof=1)", LAB, "statistics"),
     Mutant("paths: across runs, the std over the runs with ddof=0", "lab/paths/runs.py",
@@ -67,17 +68,17 @@ MUTANTS = [
     Mutant("paths: the count of paths in the range leaves out its top end", P,
            "return sum(r.count for r in rows if lo <= r.k <= hi)",
            "return sum(r.count for r in rows if lo <= r.k < hi)", LAB, "statistics"),
-    Mutant("paths: Veit's random stream is shared across k (adding a k moves the others)", P,
+    Mutant("paths: Veit's random stream is shared across k (adding a k moves the others)", V,
            "        rng = np.random.default_rng([seed, k])  # its own stream: the other ks do not",
            "        rng = rng if j else np.random.default_rng([seed, k])  # its own stream: the other ks do not",
            LAB, "statistics"),
-    Mutant("paths: Veit's stream is keyed by the k's position, not k", P,
+    Mutant("paths: Veit's stream is keyed by the k's position, not k", V,
            "rng = np.random.default_rng([seed, k])", "rng = np.random.default_rng([seed, j])",
            LAB, "ordering"),
     Mutant("paths: mean k weights by the projection share", "lab/paths/runs.py",
            "return float(sum(r.k * r.share_norm for r in self.rows))",
            "return float(sum(r.k * r.share_proj for r in self.rows))", TRAINING, "formula"),
-    Mutant("paths: model_veit samples each batch with its window seed (new line)", P,
+    Mutant("paths: model_veit samples each batch with its window seed (new line)", V,
            "return veit_sample(chain, samples, sample_seed, tick=tick)",
            "return veit_sample(chain, samples, s, tick=tick)", LAB, "formula"),
     # refusal: runs, checkpoints and values that must not pass
@@ -116,7 +117,7 @@ MUTANTS = [
     Mutant("paths: the split ticks one VJP a step", P,
            "tick(len(D))  # one branch VJP per key", "tick(1)  # one branch VJP per key",
            LAB, "bounds"),
-    Mutant("paths: Veit ticks one VJP a sample", P,
+    Mutant("paths: Veit ticks one VJP a sample", V,
            "            if tick is not None:  # a path that does not exist took no VJP\n                tick(k if _exists(chain, _branch_set(chain, S)) else 0)\n",
            "            if tick is not None:\n                tick(1)\n", LAB, "bounds"),
     Mutant("paths: a short job shows a bar too", BUDGET,

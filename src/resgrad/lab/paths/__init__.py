@@ -1,5 +1,5 @@
-"""The gradient split by path length (Veit et al. 2016): the exact split, its chains, its
-figures, and the split through training and across runs.
+"""The gradient split by path length (Veit et al. 2016): the exact split, its chains, single
+paths and Veit's sampling of them, its figures, and the split through training and across runs.
 """
 
 from resgrad.lab.paths.chains import (  # noqa: F401
@@ -10,22 +10,15 @@ from resgrad.lab.paths.chains import (  # noqa: F401
     stack_chain,
 )
 from resgrad.lab.paths.exact import (  # noqa: F401
-    MAX_EXACT_PATHS,
     MAX_SPLIT_BRANCHES,
     PathRow,
     PathSplit,
     Tick,
-    VeitEstimate,
     effective_range,
     model_splits,
-    model_veit,
-    path_gradient,
     path_table,
     paths_in_range,
     split,
-    veit_bytes,
-    veit_exact,
-    veit_sample,
 )
 from resgrad.lab.paths.figs import (  # noqa: F401
     HEAT_FLOOR,
@@ -52,4 +45,13 @@ from resgrad.lab.paths.study import (  # noqa: F401
     render_runs,
     run_checkpoint_paths,
     through_training,
+)
+from resgrad.lab.paths.veit import (  # noqa: F401
+    MAX_EXACT_PATHS,
+    VeitEstimate,
+    model_veit,
+    path_gradient,
+    veit_bytes,
+    veit_exact,
+    veit_sample,
 )

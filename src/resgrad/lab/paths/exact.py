@@ -41,25 +41,18 @@ seconds, refuses work over a budget in one line and shows its progress on a term
 function doing it here takes a ``tick``). Runs compared through training
 (:mod:`resgrad.lab.paths`) must share their scheme, shape, vocabulary and text tokens.
 
-**Modules.** :mod:`resgrad.lab.paths` unrolls a model's backward into a
+**Modules.** :mod:`resgrad.lab.paths.chains` unrolls a model's backward into a
 :class:`~resgrad.lab.paths.chains.Chain`; this module splits it and reads the split;
-:mod:`resgrad.lab.paths` draws it and :mod:`resgrad.lab.paths` follows it through
-training.
-
-**Veit's protocol** (their section 5, figure 6) samples single paths instead:
-:func:`veit_sample` draws k of the n branches, backpropagates through exactly those
-branches and the skip everywhere else, and records the gradient magnitude at x_0; their
-figure 6(c) quantity is C(n, k) x the mean magnitude. That is a sum of magnitudes: it
-counts every path as if its gradient added to the others in phase. The exact split
-:func:`split` sums the paths' gradient *vectors*, with their cancellation, so its norms
-are smaller and its shares say where the gradient that reaches x_0 really comes from.
+:mod:`resgrad.lab.paths.veit` follows single paths instead (Veit's protocol);
+:mod:`resgrad.lab.paths.figs` draws the split and :mod:`resgrad.lab.paths.study` follows it
+through training.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -68,14 +61,10 @@ import numpy as np
 from resgrad.lab.paths.chains import Chain, _add, _Rows, _sq_and_dot, gpt_chain
 from resgrad.lab.study.refusals import (
     BAD_SHARES,
-    BRANCH_NOT_IN_CHAIN,
     JOINT_SPLIT,
     MASS_OUT_OF_RANGE,
     NO_SPLIT,
-    PATH_LENGTH_OUT_OF_RANGE,
-    SAMPLES_NOT_POSITIVE,
     SPLIT_TOO_LARGE,
-    TOO_MANY_PATHS,
 )
 from resgrad.lab.study.windows import check_seq, text_windows
 from resgrad.nn.model import GPT
@@ -83,20 +72,13 @@ from resgrad.nn.model import GPT
 __all__ = [
     "PathRow",
     "PathSplit",
-    "VeitEstimate",
     "effective_range",
     "model_splits",
-    "model_veit",
-    "path_gradient",
     "path_table",
     "paths_in_range",
     "split",
-    "veit_bytes",
-    "veit_exact",
-    "veit_sample",
 ]
 
-MAX_EXACT_PATHS = 1 << 16  # veit_exact enumerates every path: refuse more than this
 MAX_SPLIT_BRANCHES = 4096  # split's n(n + 1)/2 VJPs: 8.4 million at this n, minutes at C=16
 
 Tick = Callable[[int], None]  # told the number of branch VJPs just done (a progress bar's update)
@@ -272,137 +254,6 @@ def split(
     )  # fmt: skip
 
 
-# --------------------------------------------------------------------------- one path
-
-
-def _branch_set(chain: Chain, branches: Iterable[int]) -> frozenset:
-    S = frozenset(int(b) for b in branches)
-    bad = [b for b in S if not 0 <= b < chain.n]
-    if bad:
-        raise BRANCH_NOT_IN_CHAIN(branch=bad[0], last=chain.n - 1)
-    return S
-
-
-def path_gradient(chain: Chain, branches: Iterable[int]) -> np.ndarray:
-    """The gradient at x_0 carried by one path: through exactly ``branches``, skips elsewhere.
-
-    Parameters
-    ----------
-    chain : Chain
-    branches : iterable of int
-        Branch indices, 0 = the lowest (block 0's attention in a GPT).
-
-    Returns
-    -------
-    ndarray, the shape of x_0
-        Zero where the path needs a skip that the scheme lacks (``none``, a plain stack).
-    """
-    S = _branch_set(chain, branches)
-    if not _exists(chain, S):
-        return np.zeros_like(chain.dtop)  # no skip where it leaves a branch: no such path
-    d = chain.dtop
-    for j in reversed(range(chain.n)):
-        s = chain.steps[j]
-        if s.trunk is not None:
-            d, _ = s.trunk(d)
-        if j in S:
-            d, _ = s.branch(d)  # through the branch
-        else:
-            d = s.skip(d)  # along the skip
-    return d
-
-
-def _exists(chain: Chain, S: frozenset) -> bool:
-    """Whether the path through exactly the branches ``S`` exists: every step it does not
-    take through its branch has a skip (in ``none`` and a plain stack, only k = n does)."""
-    return all(j in S or s.skip is not None for j, s in enumerate(chain.steps))
-
-
-@dataclass(frozen=True)
-class VeitEstimate:
-    """Veit et al.'s figure 6 for one chain: per path length k, single-path magnitudes at x_0.
-
-    ``mean[j]`` is the mean ||path gradient|| over the paths of length ``ks[j]`` (sampled,
-    or all of them for :func:`veit_exact`); ``total = count * mean`` is figure 6(c).
-    """
-
-    n: int
-    ks: tuple[int, ...]
-    mean: np.ndarray  # (K,)
-    std: np.ndarray  # (K,) over the samples (or the paths)
-    samples: int  # per k; 0 for the exact enumeration
-    seed: int | None
-
-    @property
-    def count(self) -> np.ndarray:
-        """(K,) C(n, k): how many paths have length k (figure 6(a))."""
-        return np.array([math.comb(self.n, k) for k in self.ks], dtype=float)
-
-    @property
-    def total(self) -> np.ndarray:
-        """(K,) C(n, k) x mean magnitude (figure 6(c))."""
-        return self.count * self.mean
-
-
-def _ks(chain: Chain, ks: Iterable[int] | None) -> tuple[int, ...]:
-    ks = tuple(range(chain.n + 1)) if ks is None else tuple(int(k) for k in ks)
-    for k in ks:
-        if not 0 <= k <= chain.n:
-            raise PATH_LENGTH_OUT_OF_RANGE(k=k, n=chain.n)
-    return ks
-
-
-def veit_sample(
-    chain: Chain,
-    samples: int,
-    seed: int,
-    ks: Iterable[int] | None = None,
-    *,
-    tick: Tick | None = None,
-) -> VeitEstimate:
-    """Veit's protocol: for each k, ``samples`` random sets of k branches (with replacement
-    between samples), each backpropagated alone; the magnitude ||gradient at x_0||.
-
-    Randomness: ``np.random.default_rng([seed, k])`` per k, so adding a k, or asking for
-    the ks in another order, changes no other k's sample. ``std`` is over the samples,
-    ddof=0. Memory: one float per sample (:func:`veit_bytes`). ``tick`` is called after
-    each sample with the branch VJPs it took: its k, or 0 for a path that does not exist.
-    """
-    if isinstance(samples, bool) or not isinstance(samples, (int, np.integer)) or samples < 1:
-        raise SAMPLES_NOT_POSITIVE(samples=samples)
-    ks = _ks(chain, ks)
-    mean, std = np.zeros(len(ks)), np.zeros(len(ks))
-    mags = np.empty(int(samples))  # (samples,) one k at a time
-    for j, k in enumerate(ks):
-        rng = np.random.default_rng([seed, k])  # its own stream: the other ks do not move it
-        for i in range(samples):
-            S = rng.choice(chain.n, size=k, replace=False)  # (k,) distinct branches
-            mags[i] = np.linalg.norm(path_gradient(chain, S))
-            if tick is not None:  # a path that does not exist took no VJP
-                tick(k if _exists(chain, _branch_set(chain, S)) else 0)
-        mean[j], std[j] = mags.mean(), mags.std()
-    return VeitEstimate(chain.n, ks, mean, std, int(samples), seed)
-
-
-def veit_bytes(samples: int) -> int:
-    """Memory :func:`veit_sample` adds to its chain's: one float64 per sample."""
-    return 8 * int(samples)
-
-
-def veit_exact(chain: Chain, ks: Iterable[int] | None = None) -> VeitEstimate:
-    """The expectation :func:`veit_sample` estimates: every path of each length, enumerated."""
-    ks = _ks(chain, ks)
-    paths = sum(math.comb(chain.n, k) for k in ks)
-    if paths > MAX_EXACT_PATHS:
-        raise TOO_MANY_PATHS(paths=paths, most=MAX_EXACT_PATHS)
-    mean, std = np.zeros(len(ks)), np.zeros(len(ks))
-    for j, k in enumerate(ks):
-        mags = [np.linalg.norm(path_gradient(chain, S))
-                for S in itertools.combinations(range(chain.n), k)]  # fmt: skip
-        mean[j], std[j] = np.mean(mags), np.std(mags)
-    return VeitEstimate(chain.n, ks, mean, std, 0, None)
-
-
 # --------------------------------------------------------------------------- reading it
 
 
@@ -492,26 +343,6 @@ def model_splits(
     """
     return _on_windows(model, ids, seq, batch, seeds,
                        lambda s, chain: split(chain, joint=joint, tick=tick))  # fmt: skip
-
-
-def model_veit(
-    model: GPT,
-    ids: np.ndarray,
-    seq: int,
-    batch: int,
-    seeds: Sequence[int],
-    samples: int,
-    sample_seed: int = 0,
-    *,
-    tick: Tick | None = None,
-) -> list[VeitEstimate]:
-    """Veit's sampled estimate (:func:`veit_sample`) on the windows of each seed, one chain
-    at a time: the same batches as :func:`model_splits` with the same arguments."""
-
-    def sample(s: int, chain: Chain) -> VeitEstimate:
-        return veit_sample(chain, samples, sample_seed, tick=tick)  # one seed for every batch
-
-    return _on_windows(model, ids, seq, batch, seeds, sample)
 
 
 def _on_windows(

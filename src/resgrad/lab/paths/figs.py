@@ -10,7 +10,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from resgrad.lab.paths.exact import PathSplit, VeitEstimate, effective_range
+from resgrad.lab.paths.exact import PathSplit, effective_range
+from resgrad.lab.paths.veit import VeitEstimate
 from resgrad.lab.study.refusals import JOINT_SPLIT, NO_SPLIT, UNLIKE_SPLITS, VEIT_KS_MISSING
 
 __all__ = ["path_figure", "save_path_figure"]

@@ -19,17 +19,14 @@ from resgrad.lab.paths.chains import stack_chain
 from resgrad.lab.paths.exact import (
     PathRow,
     PathSplit,
-    VeitEstimate,
     effective_range,
     model_splits,
-    model_veit,
     path_table,
     paths_in_range,
     split,
-    veit_bytes,
-    veit_sample,
 )
 from resgrad.lab.paths.runs import CheckpointPaths, RunsRow
+from resgrad.lab.paths.veit import VeitEstimate, model_veit, veit_bytes, veit_sample
 from resgrad.lab.study.budget import (
     TIME_BUDGET_S,
     Work,

@@ -212,7 +212,7 @@ SAMPLES_NOT_POSITIVE = Refusal(
     "samples must be a positive integer, got {samples!r}",
     {"samples": 0},
 )  # fmt: skip
-#: more paths to enumerate than :data:`resgrad.lab.paths.exact.MAX_EXACT_PATHS`
+#: more paths to enumerate than :data:`resgrad.lab.paths.veit.MAX_EXACT_PATHS`
 TOO_MANY_PATHS = Refusal(
     "too-many-paths", "paths", "",
     "{paths} paths to enumerate; expected at most {most} (use veit_sample)",
