@@ -1,10 +1,12 @@
 """The project's promises about itself: README commands, CI, layering, lint."""
 
 import ast
+import os
 import pathlib
 import re
 import shutil
 import subprocess
+import sys
 
 import pytest
 
@@ -27,6 +29,33 @@ def test_readme_has_exactly_two_setup_commands():
 def test_ci_runs_the_readme_test_command_verbatim():
     ci = (ROOT / ".ci" / "run").read_text().splitlines()
     assert _readme_commands()[1] in ci
+
+
+SKIPS = """import pytest
+
+
+def test_a_referee_missing():
+    pytest.skip("no referee here")
+
+
+def test_that_passes():
+    pass
+"""
+
+
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["one process", "two workers"])
+def test_a_skipped_test_fails_the_run_where_torch_is_required(tmp_path, workers):
+    """CI's promise (RESGRAD_REQUIRE_TORCH=1, .ci/run): a skip is not a pass, also where
+    the README's command shares the tests among workers, which report to one controller."""
+    shutil.copy(ROOT / "tests" / "conftest.py", tmp_path / "conftest.py")
+    (tmp_path / "test_skips.py").write_text(SKIPS)
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *workers]
+    for required, rc in (("1", 1), ("0", 0)):
+        env = {**os.environ, "RESGRAD_REQUIRE_TORCH": required}
+        p = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True)
+        assert p.returncode == rc, (required, p.stdout[-2000:], p.stderr[-2000:])
+        said = "RESGRAD_REQUIRE_TORCH=1: 1 test(s) skipped; a skipped test is not a pass"
+        assert (said in p.stdout) == (required == "1"), p.stdout[-2000:]
 
 
 # the one exception: reading a nanoGPT .pt needs torch (the optional extra resgrad[torch]),
