@@ -1,7 +1,7 @@
 """Single gradient paths, and Veit et al.'s protocol that samples them (their section 5,
 figure 6).
 
-Legend: B = batch, T = time, C = channels, n = sublayer branches, K = path lengths asked.
+Legend: n = sublayer branches, k = the branches one path takes, K = the path lengths asked.
 
 :func:`path_gradient` backpropagates the gradient of a :class:`~resgrad.lab.paths.chains.Chain`
 through exactly the branches it is given and along the skip everywhere else: one of the 2^n
