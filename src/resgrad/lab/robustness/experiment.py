@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from resgrad.formats.atomic import atomic_write_text
 from resgrad.formats.checkpoint import LAST
 from resgrad.lab.experiments.experiment import _check_same_cell, cell_key, run_cell
 from resgrad.lab.experiments.grid import run_grid, sidecar_path
@@ -242,8 +243,6 @@ def run_cells(cfg: RobustnessConfig, out_dir: str, *, jobs: int | None = None,
         if os.path.exists(last):
             _check_same_cell(c, last, corpus)
     os.makedirs(out_dir, exist_ok=True)  # after every refusal: a refused study writes nothing
-    from resgrad.formats.atomic import atomic_write_text
-
     # the text the studies read, so that a point can be read again with resgrad paths/lesion
     atomic_write_text(os.path.join(out_dir, "validation.txt"), validation_text(corpus.text))
     studies = json.dumps(dataclasses.asdict(cfg.studies()[1]), sort_keys=True, default=str)
@@ -289,7 +288,6 @@ def equal_loss(cfg: RobustnessConfig, out_dir: str, **grid) -> tuple[list, list[
         As :func:`run_cells`; or levels outside the range every model reaches (the models
         stay trained: a rerun with other levels trains nothing).
     """
-    from resgrad.formats.atomic import atomic_write_text
     from resgrad.formats.records import to_csv
     from resgrad.lab.robustness.levels import choose_levels
     from resgrad.lab.robustness.stats import analyse
