@@ -122,7 +122,8 @@ def test_ruff_is_clean():
 FLOORS = [
     ("nn", ["kernels", "decode_kernels", "residual", "layers", "blocks", "model"]),  # the model
     ("verify", ["gradcheck", "selfcheck"]),  # the proofs
-    ("formats", ["atomic", "lock", "records", "events", "checkpoint", "hf", "nanogpt"]),  # files
+    # files
+    ("formats", ["atomic", "lock", "records", "sealed", "events", "checkpoint", "hf", "nanogpt"]),
     ("plots", [""]),  # figures
     (
         "train",
@@ -134,6 +135,7 @@ FLOORS = [
             "sample",
             "pretrained",
             "shards",
+            "bits",
             "config",
             "rundir",
             "source",
@@ -270,9 +272,9 @@ def test_an_upward_import_is_caught(tmp_path):
     }
 
 
-def test_every_mutant_of_the_mutation_run_applies_to_the_current_source():
-    # scripts/mutants.py finds each mutant's text exactly once; a refactor that moves
-    # the text must update the mutant, or the mutation run stops with an error
+def test_every_hand_written_mutant_applies_to_the_current_source():
+    # scripts/mutants.py (the bugs mutmut cannot plant) finds each mutant's text exactly
+    # once; a refactor that moves the text must update the mutant, or the run stops
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("mutants", ROOT / "scripts" / "mutants.py")
@@ -290,3 +292,42 @@ def test_every_mutant_of_the_mutation_run_applies_to_the_current_source():
         text = (ROOT / "src" / "resgrad" / m.file).read_text()
         assert text.count(m.old) == 1, (m.name, m.file)
         assert all((ROOT / t).exists() for t in m.tests), m.name
+
+
+def _mutmut_run():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("mutmut_run", ROOT / "scripts/mutmut/run.py")
+    run = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(run)
+    return run
+
+
+def test_the_mutmut_run_names_test_files_that_exist():
+    run = _mutmut_run()
+    for module, tests in run.TESTS.items():
+        assert (ROOT / "src" / "resgrad" / module).is_file(), module
+        assert all((ROOT / t).is_file() for t in tests), module
+    assert run.tests_for("nn/residual.py") == [
+        "tests/nn/test_residual.py", "tests/nn/test_residual_mutmut.py"]  # fmt: skip
+
+
+def test_every_equivalent_mutant_names_its_module_its_line_and_a_reason():
+    run = _mutmut_run()
+    equivalent = run.read_equivalent()
+    for name, (line, reason) in equivalent.items():
+        module = name.split(".x")[0].removeprefix("resgrad.").replace(".", "/") + ".py"
+        assert (ROOT / "src" / "resgrad" / module).is_file(), name
+        assert line and len(reason.split()) >= 4, name
+
+
+def test_a_malformed_equivalent_line_is_refused(tmp_path):
+    bad = tmp_path / "equivalent.txt"
+    bad.write_text("resgrad.nn.residual.x_residual__mutmut_1 | no reason given\n")
+    with pytest.raises(SystemExit, match="expected 'NAME | mutated line | reason'"):
+        _mutmut_run().read_equivalent(str(bad))
+
+
+def test_ci_runs_mutmut_on_one_module():
+    ci = (ROOT / ".ci" / "run").read_text().splitlines()
+    assert "python scripts/mutmut/run.py nn/residual.py" in ci

@@ -6,6 +6,7 @@ import csv
 import io
 import json
 import pickle
+import shutil
 
 import numpy as np
 import pytest
@@ -260,3 +261,20 @@ def test_a_model_too_large_is_refused_before_its_weights_are_read(
     monkeypatch.setattr(hf, "read_hf_tensors", boom)
     err = _fails(capsys, ["lesion", str(d), "--text", text_file, *SMALL], "would need about")
     assert "a lesion study of this model (L=3 C=8 V=20)" in err
+
+
+def test_a_copy_of_a_model_given_beside_it_is_refused_before_any_study(
+    tmp_path, text_file, capsys, monkeypatch
+):
+    _run_dir(tmp_path / "a", seed=1)
+    _run_dir(tmp_path / "b", seed=2)
+    shutil.copytree(tmp_path / "a", tmp_path / "a-copy")
+
+    def boom(*a, **k):
+        raise AssertionError("a model was studied before the copy was refused")
+
+    monkeypatch.setattr(lesionstudy, "model_study", boom)
+    err = _fails(capsys, ["lesion", str(tmp_path / "a"), str(tmp_path / "b"),
+                          str(tmp_path / "a-copy"), "--text", text_file, *SMALL],
+                 "holds the same weights as")  # fmt: skip
+    assert f"SOURCE {str(tmp_path / 'a-copy')!r}" in err

@@ -5,6 +5,7 @@ import csv
 import io
 import json
 import math
+import shutil
 
 import pytest
 
@@ -206,3 +207,31 @@ def test_every_checkpoint_checks_seq_and_the_budget_before_any_split(run, capsys
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "1 run(s) (L=2 C=16) on 4 windows of 8 tokens" in err, err
     assert "(15 splits) would take about" in err and "pass --budget " in err  # 3 ckpts x 5 seeds
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--every-checkpoint", "--seq", "8"], "hold the same run (the same seed, settings and text"),
+])  # fmt: skip
+def test_a_copy_of_a_run_given_beside_it_is_the_same_run(run, tmp_path, capsys, extra, message):
+    out, text = run
+    copy = str(tmp_path / "copy")
+    shutil.copytree(out, copy)  # cp -a: another path, the same run
+    capsys.readouterr()
+    assert main(["paths", out, copy, "--text", text, *extra]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and message in err and repr(copy) in err
+
+
+def test_a_kept_checkpoint_copied_over_another_is_refused_by_name(run, tmp_path, capsys):
+    out, text = run
+    copy = tmp_path / "swapped"
+    shutil.copytree(out, copy)
+    kept = sorted(p.name for p in copy.glob("ckpt-*.ckpt"))
+    shutil.copy(copy / "ckpt-6.ckpt", copy / "ckpt-3.ckpt")  # row 3 would show step 6
+    assert {"ckpt-3.ckpt", "ckpt-6.ckpt"} <= set(kept)
+    capsys.readouterr()
+    assert main(["paths", str(copy), "--every-checkpoint", "--text", text, "--seq", "8",
+                 "--batch", "2", "--seeds", "1"]) == 2  # fmt: skip
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "ckpt-3.ckpt' is named for iteration 3 but its iteration " \
+        "field is 6" in err

@@ -26,6 +26,13 @@ def blas_threads() -> int:
     return max(i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas")
 
 
+@pytest.fixture(autouse=True)
+def count_free(monkeypatch):
+    """A BLAS whose sums do not depend on the thread count (SkylakeX's): the load decides.
+    The tests of a BLAS whose sums do (Haswell's) set it otherwise."""
+    monkeypatch.setattr(cli, "sums_depend_on_count", lambda: False)
+
+
 def never():
     raise AssertionError("the load was read although --threads was given")
 
@@ -43,6 +50,15 @@ def test_without_threads_the_load_aware_default_is_applied(monkeypatch, seen, po
     monkeypatch.setattr(cli, "load_aware_threads", lambda: policy)
     assert main(["flow"]) == 0
     assert seen == [policy]
+
+
+@pytest.mark.parametrize("policy", [1, 2])
+def test_where_the_count_changes_bits_the_load_is_not_read(monkeypatch, seen, policy):
+    monkeypatch.setattr(cli, "sums_depend_on_count", lambda: True)
+    monkeypatch.setattr(cli, "usable_cores", lambda: 2)
+    monkeypatch.setattr(cli, "load_aware_threads", never)
+    assert main(["flow"]) == 0
+    assert seen == [2]  # one per usable core, whatever the load
 
 
 @pytest.mark.parametrize("n", [1, 2])

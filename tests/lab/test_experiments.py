@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from resgrad.formats.checkpoint import load_checkpoint
+from resgrad.formats.sealed import seal
 from resgrad.lab.experiments import ExperimentConfig, run_experiment, summarize
 from resgrad.lab.experiments import experiment as E
 from resgrad.train.dynamics import read_dynamics
@@ -386,8 +387,8 @@ def test_a_finished_cell_of_other_settings_is_not_reused(tmp_path, data):
 
     def write_sidecar(key):
         with open(side, "w") as f:
-            f.write('{"resgrad_sweep_partial": 1}\n' + json.dumps({"key": key, "rows": [fake]})
-                    + "\n")  # fmt: skip
+            f.write('{"resgrad_sweep_partial": 1}\n'
+                    + json.dumps(seal({"key": key, "rows": [fake]})) + "\n")  # fmt: skip
 
     write_sidecar(E.cell_key(a, sha))
     res = run_experiment(other, out, jobs=1, progress=False)

@@ -188,12 +188,13 @@ def test_runs_that_differ_in_any_field_are_refused_naming_the_run_the_field_and_
 @pytest.fixture(scope="module")
 def unlike(run, tmp_path_factory):
     """Runs of one checkpoint each: like ``run`` but for one thing: the scheme, the width,
-    or the text (so the vocabulary); and one just like it."""
+    or the text (so the vocabulary); and one just like it but for its seed (another run of
+    the same model: the same seed too would be the same run)."""
     d = tmp_path_factory.mktemp("paths_unlike")
     other_text = d / "digits.txt"
     other_text.write_text("0123456789+-*/ " * 60, encoding="utf-8")
     out = {}
-    for name, kw in [("same", {}), ("post-ln", {"variant": "post-ln"}),
+    for name, kw in [("same", {"seed": 7}), ("post-ln", {"variant": "post-ln"}),
                      ("wide", {"n_embd": 32}), ("heads", {"n_head": 4}),
                      ("digits", {"data": str(other_text)})]:  # fmt: skip
         cfg = TrainConfig(**{**TINY, "max_iters": 0, "data": run.data, **kw}, keep_every=1,

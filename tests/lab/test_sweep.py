@@ -6,6 +6,7 @@ import time
 import numpy as np
 import pytest
 
+from resgrad.formats.sealed import seal
 from resgrad.lab.experiments import (
     ROW_FIELDS,
     SweepConfig,
@@ -43,10 +44,11 @@ def done_keys(side):
 
 
 def write_sidecar(out, done):
+    """A sidecar as a run writes it: each point a sealed record."""
     with open(sidecar_path(out), "w") as f:
         f.write('{"resgrad_sweep_partial": 1}\n')
         for key, rows in done.items():
-            f.write(json.dumps({"key": key, "rows": rows}) + "\n")
+            f.write(json.dumps(seal({"key": key, "rows": rows})) + "\n")
 
 
 @pytest.fixture(scope="module")
@@ -150,14 +152,75 @@ def test_a_line_torn_by_a_crash_is_dropped_and_its_point_recomputed(tmp_path, re
     assert res.rows == reference
 
 
-def test_a_damaged_sidecar_is_a_clear_error(tmp_path):
+def _said(capsys):
+    return [line for line in capsys.readouterr().err.splitlines() if "measured again" in line]
+
+
+def test_a_damaged_line_is_said_and_its_point_measured_again(tmp_path, reference, capsys):
     out = tmp_path / "s.csv"
-    write_sidecar(out, {})
+    first = GRID.points()[0]
+    write_sidecar(out, {point_key(first): run_point(first)})
     with open(sidecar_path(out), "a") as f:
         f.write("garbage\n{}\n")
-    with pytest.raises(ValueError, match="unreadable at line 2.*delete it to start afresh"):
+    res = run_sweep(GRID, out, jobs=1, progress=False)
+    assert res.resumed == 1 and res.computed == 23 and res.rows == reference
+    said = _said(capsys)
+    assert len(said) == 2 and "line 3 of the partial-results file" in said[0]
+    assert "line 4" in said[1] and all(sidecar_path(out) in s for s in said)
+
+
+def test_an_edited_number_is_found_by_its_seal_and_measured_again(tmp_path, reference, capsys):
+    out = tmp_path / "s.csv"
+    points = GRID.points()
+    write_sidecar(out, {point_key(p): run_point(p) for p in points[:2]})
+    side = sidecar_path(out)
+    lines = open(side).read().splitlines(keepends=True)
+    entry = json.loads(lines[2])
+    entry["rows"][0]["stream_grad"] *= 1.5  # still valid JSON, one number changed
+    lines[2] = json.dumps(entry) + "\n"
+    open(side, "w").writelines(lines)
+    res = run_sweep(GRID, out, jobs=1, progress=False)
+    assert res.resumed == 1 and res.computed == 23
+    assert res.rows == reference  # the edited number is not in the result
+    (said,) = _said(capsys)
+    assert "line 3 of the partial-results file" in said and "edited or damaged" in said
+
+
+def test_a_point_written_twice_is_used_neither_time(tmp_path, reference, capsys):
+    out = tmp_path / "s.csv"
+    first = GRID.points()[0]
+    key, rows = point_key(first), run_point(first)
+    other = [{**r, "stream_grad": -1.0} for r in rows]
+    write_sidecar(out, {key: rows})
+    with open(sidecar_path(out), "a") as f:
+        f.write(json.dumps(seal({"key": key, "rows": other})) + "\n")  # sealed, but twice
+    res = run_sweep(GRID, out, jobs=1, progress=False)
+    assert res.resumed == 0 and res.computed == 24 and res.rows == reference
+    (said,) = _said(capsys)
+    assert "line 3 of the partial-results file" in said and "of line 2 again" in said
+
+
+def test_a_sidecar_is_rewritten_with_each_point_once(tmp_path, monkeypatch):
+    # a point measured again after a bad line is written once: a second rerun finds no twin
+    out = tmp_path / "s.csv"
+    first = GRID.points()[0]
+    write_sidecar(out, {point_key(first): run_point(first)})
+    with open(sidecar_path(out), "a") as f:
+        f.write("garbage\n")
+    calls = []
+    real = sweep.run_point
+
+    def dies_after_two(cfg):
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        calls.append(cfg)
+        return real(cfg)
+
+    monkeypatch.setattr(sweep, "run_point", dies_after_two)
+    with pytest.raises(KeyboardInterrupt):
         run_sweep(GRID, out, jobs=1, progress=False)
-    assert not out.exists()
+    keys = done_keys(sidecar_path(out))
+    assert len(keys) == len(set(keys)) == 3  # the first, then the two measured since
 
 
 def test_an_unreadable_sidecar_is_a_clear_error(tmp_path):

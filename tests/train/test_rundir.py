@@ -35,7 +35,9 @@ def test_read_metrics_skips_and_names_foreign_and_damaged_lines(tmp_path):
     (tmp_path / "metrics.jsonl").write_text(text, encoding="utf-8")
     problems = []
     assert read_metrics(tmp_path, upto=5, problems=problems) == [good]
-    assert [p.split(" of ")[0] for p in problems] == ["line 2", "line 3", "line 4", "line 5"]
+    assert [p.split(" of ")[0] for p in problems] == ["line 2", "line 3", "line 4", "line 5",
+                                                      "metrics.jsonl holds no record"]
+    assert problems[-1].endswith("steps 1..4 (cut or damaged)")  # the step the damage took
     problems = []
     assert read_metrics(tmp_path / "nowhere", problems=problems) == []
     assert problems == ["metrics.jsonl is missing"]

@@ -12,8 +12,6 @@ MUTANTS = [
     Mutant("activation: the names swapped onto the other GELU", C,
            'ACTIVATION_NAMES = {"gelu_tanh": "gelu-tanh", "gelu": "gelu-erf"}',
            'ACTIVATION_NAMES = {"gelu_tanh": "gelu-erf", "gelu": "gelu-tanh"}', TESTS, "formula"),
-    Mutant("activation: the model is built with the default GELU whatever the run says", C,
-           "activation=ACTIVATION_NAMES[self.activation],", "", TESTS, "records"),
     Mutant("activation: a run from before the setting resumes as the exact GELU", C,
            '_BEFORE_RECORDED = {"shards": 1, "activation": "gelu_tanh"}',
            '_BEFORE_RECORDED = {"shards": 1, "activation": "gelu"}', TESTS, "records"),

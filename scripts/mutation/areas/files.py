@@ -7,7 +7,7 @@ the run-directory lock (lock.py), the record tables (records.py), checkpoints
 from mutation import ATOMIC, CHECKPOINT, EVENTS, LOCK, RECORDS, Mutant
 
 MUTANTS = [
-    # -- formats/atomic.py (7)
+    # -- formats/atomic.py (6)
     Mutant('atomic: the temporary is renamed without being fsynced', 'formats/atomic.py',
            '            f.flush()\n            os.fsync(f.fileno())\n',
            '            f.flush()\n', ATOMIC, 'durability'),
@@ -26,9 +26,6 @@ MUTANTS = [
     Mutant("atomic: a live process's staging temporaries are removed as stale", 'formats/atomic.py',
            'if m is None or m["name"] != name or _alive(int(m["pid"])):',
            'if m is None or m["name"] != name:', ATOMIC, 'durability'),
-    Mutant('atomic: the old model moved aside by a killed export is deleted, not put back', 'formats/atomic.py',
-           'if m["kind"] == "old" and not os.path.lexists(path):',
-           'if m["kind"] == "old" and os.path.lexists(path):', ATOMIC, 'durability'),
     # -- formats/lock.py (5)
     Mutant('lock: a directory that existed before is taken away', 'formats/lock.py',
            'new = not os.path.isdir(directory)',
@@ -83,7 +80,7 @@ MUTANTS = [
     Mutant("checkpoint: the metadata's format version is not checked", 'formats/checkpoint.py',
            'if missing or meta["format"] != version:',
            'if missing:', CHECKPOINT, 'refusal'),
-    # -- formats/events.py (7)
+    # -- formats/events.py (3)
     Mutant("events: a new file's name ignores the files already there", 'formats/events.py',
            'secs = max([int(now)] + [_seconds(p) + 1 for p in event_files(logdir)])',
            'secs = int(now)', EVENTS, 'ordering'),

@@ -26,9 +26,6 @@ MUTANTS = [
            'sorted(f for f in os.listdir(path) if not f.startswith("."))',
            '(f for f in os.listdir(path) if not f.startswith("."))', WROTE, "ordering"),
     # its callers
-    Mutant("front: paths says its plot on stdout beside --format json", "cli/paths_cmds.py",
-           "_common.wrote(args.plot, fmt=args.format)",
-           "_common.wrote(args.plot)", WROTE, "records"),
     Mutant("front: sweep says its table but not its plot", "cli/sweep_cmds.py",
            "    if args.plot:\n        _common.wrote(args.plot)\n",
            "", WROTE, "records"),

@@ -36,9 +36,6 @@ MUTANTS = [
     # the runs: what a row holds, what the cache keys on, what is refused before training
     Mutant("robustness: a checkpoint's loss is the lesion study's worst block, not the intact CE", EXP,
            '"loss": s.ce, "mean_k"', '"loss": s.ce + s.worst_dce, "mean_k"', STUDY, "records"),
-    Mutant("robustness: the short-path share counts k <= L // 4 + 1", EXP,
-           'float(shares[: key.depth // 4 + 1].sum())', 'float(shares[: key.depth // 4 + 2].sum())',
-           ("tests/lab/test_robustness_study.py",), "bounds"),
     Mutant("robustness: two kept checkpoints are taken as enough", EXP,
            "        if kept < 3:", "        if kept < 2:", STUDY, "bounds"),
     Mutant("robustness: doses are taken without rezero among the schemes", EXP,

@@ -92,12 +92,6 @@ MUTANTS = [
     Mutant("source: the killed run's command names the directory's base name", F,
            "--out-dir {shlex.quote(run_dir)}", "--out-dir {os.path.basename(run_dir)}",
            SOURCE, "names"),
-    Mutant("source: the built-in corpus and a --text file swapped in the hint", F,
-           "        if text_path is None:\n            raise",
-           "        if text_path is not None:\n            raise", SOURCE, "names"),
-    Mutant("source: a nanoGPT ckpt.pt loads without the --meta given", F,
-           "return load_pretrained(src.name, meta=src.meta, fits=fits)",
-           "return load_pretrained(src.name, fits=fits)", SOURCE, "names"),
     Mutant("source: a checkpoint's shape is not shown to the memory check", F,
            "        if fits is not None:\n            fits(model.cfg)\n", "", SOURCE, "refusal"),
     Mutant("source: a hub name looked up in the cache under its short name", F,
@@ -114,7 +108,4 @@ MUTANTS = [
            "                       meta=args.meta, kinds=(\"hf-dir\", \"hub\", \"nanogpt\"), "
            "flag=\"--from-pretrained\")",
            SOURCE_CLI, "refusal"),
-    Mutant("source: flow encodes --text without naming it", "cli/flow_cmds.py",
-           "read_text(args.text), text_path=args.text,",
-           "read_text(args.text), text_path=None,", SOURCE_CLI, "names"),
 ]  # fmt: skip

@@ -35,7 +35,7 @@ from resgrad.cli import (
 from resgrad.nn import kernels
 from resgrad.perf.heap import keep_freed_memory
 from resgrad.perf.memory import NotEnoughMemory
-from resgrad.perf.threads import load_aware_threads
+from resgrad.perf.threads import load_aware_threads, sums_depend_on_count, usable_cores
 
 # one module per group of subcommands, in the order `resgrad --help` lists them
 COMMAND_MODULES = [
@@ -67,10 +67,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _threads(n: int | None):
     """Limit the BLAS (and OpenMP) thread pools to ``n`` threads (``--threads``); when None,
-    to one per usable core that other processes leave free (resgrad.perf.threads)."""
+    to one per usable core that other processes leave free, where this BLAS gives the same
+    bits on every count, else to one per usable core whatever the load, so that no number
+    depends on the load (resgrad.perf.threads)."""
     from threadpoolctl import threadpool_limits
 
-    return threadpool_limits(limits=load_aware_threads() if n is None else n)
+    if n is None:
+        n = usable_cores() if sums_depend_on_count() else load_aware_threads()
+    return threadpool_limits(limits=n)
 
 
 def _quiet_stdout() -> None:

@@ -265,8 +265,10 @@ def add_threads(p: argparse.ArgumentParser, default_note: str = "") -> None:
         type=positive_int,
         default=None,
         help="BLAS threads for the matrix products (default: one per core that other "
-        f"processes leave free as the command starts, at least 1{default_note}); waiting "
-        "BLAS threads spin, so more threads than free cores is slower",
+        f"processes leave free as the command starts, at least 1{default_note}, where this "
+        "BLAS gives the same bits on every count; where it does not (OpenBLAS's Haswell and "
+        "Zen kernels), one per core whatever the load, so that no number depends on the "
+        "load); waiting BLAS threads spin, so more threads than free cores is slower",
     )
 
 
@@ -422,13 +424,9 @@ def add_flow_sizes(p: argparse.ArgumentParser, d, single: bool) -> None:
         p.add_argument(
             "--width", type=positive_int, default=d.width, help=f"C (default: {d.width})"
         )
-    p.add_argument(
-        "--heads", type=positive_int, default=d.heads, help=f"H (default: {d.heads})"
-    )
+    p.add_argument("--heads", type=positive_int, default=d.heads, help=f"H (default: {d.heads})")
     p.add_argument("--seq", type=positive_int, default=d.seq, help=f"T (default: {d.seq})")
-    p.add_argument(
-        "--batch", type=positive_int, default=d.batch, help=f"B (default: {d.batch})"
-    )
+    p.add_argument("--batch", type=positive_int, default=d.batch, help=f"B (default: {d.batch})")
     p.add_argument("--init", choices=INITS, default=d.init, help=f"default: {d.init}")
     p.add_argument(
         "--loss",

@@ -34,15 +34,33 @@ The policy is pure arithmetic on readings (:func:`busy_others`,
 :func:`default_threads`, :class:`ThreadFollower`), kept apart from the reading
 (:func:`read_procs_running`, :func:`read_own_running`, :func:`usable_cores`), so the
 tests drive it without a loaded machine.
+
+The same bytes whatever the load: OpenBLAS's float32 and float64 products give the same
+bits on any thread count with some kernels (SkylakeX, measured) and not with others
+(Haswell and Zen split a product's tiles so that its sums round differently: an
+``sgemm`` of (256, 128) @ (128, 384) differs in its last bits between 1 and 2 threads).
+A count read from the load would then make a command's numbers depend on the load. So
+the load is followed only where a probe shows the count changes no bit: as a command
+starts, :func:`sums_depend_on_count` runs a bank of products at every count it could
+choose (:func:`probe_counts`) and compares them bit for bit; where they differ, a
+command without ``--threads`` runs on one thread per usable core, whatever the load
+(``resgrad.cli``), and ``resgrad train`` probes its own model's step the same way
+before it lets a :class:`ThreadFollower` move the count
+(:func:`resgrad.train.bits.step_counts_agree`).
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import statistics
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from resgrad.train.bits import counts_agree, probe_counts, usable_cores
 
 __all__ = [
     "PROC_STAT",
@@ -53,11 +71,13 @@ __all__ = [
     "load_aware_threads",
     "parse_procs_running",
     "parse_task_state",
+    "probe_counts",
     "read_own_running",
     "read_procs_running",
     "reread_threads",
     "sample_others_running",
     "sample_procs_running",
+    "sums_depend_on_count",
     "usable_cores",
 ]
 
@@ -71,15 +91,6 @@ SLOW_STEP = 1.5  # ... and at once after a step this much slower than the recent
 COOLDOWN_STEPS = 20  # ... but not sooner than this many steps after the last reading
 STEP_WINDOW = 21  # the recent steps whose median is a normal step
 MIN_STEPS = 5  # steps timed before one can be slow: the first ones warm up
-
-
-def usable_cores() -> int:
-    """Cores this process may run on: its CPU affinity (``taskset``, a cgroup's cpuset),
-    else every core the machine reports; at least 1."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):  # no sched_getaffinity off Linux
-        return max(1, os.cpu_count() or 1)
 
 
 def parse_procs_running(text: str) -> int | None:
@@ -154,6 +165,34 @@ def _threads_for(readings: Sequence[int]) -> int:
 def load_aware_threads() -> int:
     """:func:`default_threads` for this process and this machine now (module docstring)."""
     return _threads_for(sample_procs_running())
+
+
+# --------------------------------------------------------------------------- the same bytes
+
+
+# the probe's products: (M, K, N), odd and even, small and tall, as a GPT's are
+# (B*T rows by C, 3C, 4C, V columns): the Haswell kernel's tiles split these differently
+PROBE_SHAPES = ((256, 128, 384), (256, 512, 128), (65, 1024, 128), (1024, 128, 65), (96, 96, 96))
+
+
+def _probe_products() -> list[np.ndarray]:
+    """:data:`PROBE_SHAPES`' products in float32 and float64, on fixed operands."""
+    rng = np.random.default_rng(0)
+    out = []
+    for m, k, n in PROBE_SHAPES:
+        a, b = rng.standard_normal((m, k)), rng.standard_normal((k, n))  # (M, K), (K, N)
+        for dt in (np.float32, np.float64):
+            a_, b_ = a.astype(dt), b.astype(dt)
+            out += [a_ @ b_, a_.T.copy().T @ b_, b_.T @ a_.T]  # (M, N), (M, N), (N, M)
+    return out
+
+
+@functools.cache
+def sums_depend_on_count(usable: int | None = None) -> bool:
+    """Whether this process's BLAS gives other bits on another thread count: the products of
+    :data:`PROBE_SHAPES` at every count of :func:`probe_counts` compared (a few ms, once)."""
+    usable = usable_cores() if usable is None else usable
+    return not counts_agree(_probe_products, probe_counts(usable))
 
 
 # --------------------------------------------------------------------------- following the load

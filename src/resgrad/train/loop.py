@@ -64,6 +64,7 @@ from resgrad.formats.checkpoint import (
 )
 from resgrad.nn.model import GPT, GPTConfig, per_block_norms
 from resgrad.plots import render_loss_plot
+from resgrad.train.bits import probe_counts, step_counts_agree, usable_cores
 from resgrad.train.bpe import tokenizer_from_record, tokenizer_record
 from resgrad.train.config import TrainConfig, check_matches_checkpoint
 from resgrad.train.data import Corpus, get_batch, load_corpus, unigram_entropy
@@ -437,6 +438,23 @@ def _check_threads(threads) -> None:
         raise ValueError(f"threads must be None, an integer >= 1 or a callable, got {threads!r}")
 
 
+def _follow_keeps_bits(model: GPT, corpus: Corpus, cfg: TrainConfig, blas: _BlasThreads,
+                       warn: Callable[[str], None]) -> bool:  # fmt: skip
+    """Whether a run may follow the load: this model's step gives the same bits on every
+    count the follower could choose (:func:`~resgrad.train.bits.step_counts_agree`, on
+    a batch of its own generator). If not, the run is set to one thread per usable core
+    for good, whatever the load, and ``warn`` is told once."""
+    counts = probe_counts(usable_cores())  # (1, ..., cores)
+    x, y = get_batch(corpus.train, cfg.block_size, cfg.batch_size, np.random.default_rng(0))
+    if step_counts_agree(model, x, y, cfg.shards, counts):
+        return True
+    blas.set(counts[-1])
+    warn(f"threads: this BLAS gives this model's step other bits on another thread count, so "
+         f"the run stays on {counts[-1]} thread(s) whatever the load, and its numbers do not "
+         "depend on it (--threads N sets the count)")  # fmt: skip
+    return False
+
+
 def _count_from(follow: Callable[[float], int], seconds: float) -> int:
     """The thread count ``follow`` gives after a step of ``seconds``, checked."""
     n = follow(seconds)
@@ -461,6 +479,7 @@ def train(
     fits: Callable[[GPTConfig], None] | None = None,
     log_to: LogConfig | None = None,
     threads: int | Callable[[float], int] | None = None,
+    warn: Callable[[str], None] | None = None,
 ) -> TrainResult:
     """Train (or resume) a GPT as ``cfg`` says; see the module docstring for the files written.
 
@@ -472,6 +491,10 @@ def train(
         when stderr is a terminal.
     log : callable, optional
         Receives the one-line report of each evaluation (default: printed above the bar).
+    warn : callable, optional
+        Receives what a resume found damaged or missing (the metrics, the dynamics, the
+        dashboards' history) and the thread count's gate (default: ``log``, else stderr),
+        so that a caller who silences ``log`` still hears of damage.
     fits : callable, optional
         Called with the model's shape once it is known (a pretrained model's only once
         it is loaded), before the first step; it raises to refuse the run, as the CLI's
@@ -485,9 +508,13 @@ def train(
         run. A callable (:class:`resgrad.perf.threads.ThreadFollower`, ``resgrad train``
         without ``--threads``): called after every step with its wall time in seconds,
         it returns the count for the next steps, applied when it changes. Shards add up
-        in a fixed order, so the count changes no result (with the OpenBLAS tested:
-        tests/train/test_follow_threads.py); the count in force at the start is
-        restored at the end. Nothing of it is recorded.
+        in a fixed order, but a BLAS may split a product's sums by its thread count
+        (OpenBLAS's Haswell and Zen kernels): so the model's step is first run at every
+        count the follower could choose (:func:`~resgrad.train.bits.step_counts_agree`),
+        and where any bit differs the follower is not used and the run stays on one
+        thread per usable core, saying so once. Either way no result depends on the load
+        (tests/train/test_same_bits.py, on each kernel); the count in force at the start
+        is restored at the end. Nothing of it is recorded.
 
     Returns
     -------
@@ -510,7 +537,7 @@ def train(
     _check_threads(threads)
     wrote: list[str] = []  # the files this call writes, as it opens them
     try:
-        return _train(cfg, progress, log, fits, log_to or LogConfig(), wrote, threads)
+        return _train(cfg, progress, log, fits, log_to or LogConfig(), wrote, threads, warn)
     except BaseException:
         # a fresh run stopped before its first checkpoint (at evaluation 0, e.g. token ids
         # the model has no row for): nothing of it can be resumed or read, so nothing stays
@@ -532,6 +559,7 @@ def _train(
     log_to: LogConfig,
     wrote: list[str],
     threads: int | Callable[[float], int] | None = None,
+    warn: Callable[[str], None] | None = None,
 ) -> TrainResult:
     """:func:`train`'s body; every file it writes is in ``wrote`` before it is opened."""
     from tqdm.auto import tqdm
@@ -567,9 +595,9 @@ def _train(
         unit="it", dynamic_ncols=True, desc=f"train {cfg.variant}",
     )  # fmt: skip
     say = log if log is not None else (lambda s: bar.write(s))
-    warn = log if log is not None else (lambda s: bar.write(s, file=sys.stderr))  # damage
+    warn = warn or log or (lambda s: bar.write(s, file=sys.stderr))  # damage, the count's gate
     if run.repaired:
-        say(run.repaired)
+        warn(run.repaired)
     # on resume, the evaluation at the checkpoint's iteration is in the metrics already,
     # unless they were damaged: then it is run again (same batches, same numbers)
     evaluated = any(r["kind"] == "eval" and r["iter"] == start for r in records)
@@ -579,12 +607,15 @@ def _train(
         for t in trackers:
             t.scalars(start, eval_scalars(at_start))
     metrics = open(metrics_path, "a", encoding="utf-8")  # closed in the finally below
-    dyn = DynamicsWriter(out_dir, L, start, log=say, config=dataclasses.asdict(cfg))  # closed below
+    # closed in the finally below; what it finds damaged on resume goes to warn
+    dyn = DynamicsWriter(out_dir, L, start, log=warn, config=dataclasses.asdict(cfg))
     monitor = DynamicsMonitor(say)
     blas = _BlasThreads()  # restored in the finally below
     if isinstance(threads, int):
         blas.set(threads)
     follow = threads if callable(threads) else None
+    if follow is not None and not _follow_keeps_bits(model, corpus, cfg, blas, warn):
+        follow = None  # the count the gate set, for the whole run
     shards = Shards(cfg.shards)  # its threads stop in the finally below; reads blas's count
     last_eval: dict | None = None
     last_norm: float | None = None

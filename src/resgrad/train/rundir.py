@@ -5,30 +5,49 @@ with ``keep_every`` also ``ckpt-<iter>.ckpt`` (:func:`kept_checkpoints` lists th
 ``metrics.jsonl`` (one JSON object per step, ``"kind": "iter"``, and per
 evaluation, ``"kind": "eval"``), ``loss.png`` and the dynamics records
 (:mod:`resgrad.train.dynamics`). :func:`read_metrics` reads the metrics back,
-skipping what a kill or damage left; :func:`holding_out_dir` runs a function
-holding the directory's lock (:mod:`resgrad.formats.lock`).
+skipping what a kill or damage left and naming the steps it lacks; :func:`holding_out_dir`
+runs a function holding the directory's lock (:mod:`resgrad.formats.lock`).
+
+A run's checkpoints, read back, are checked against the run (one mechanism for every
+command that follows a run through its checkpoints: ``paths``, ``lesion``, ``flow`` and
+the experiments): :func:`run_identity` is what makes a run that run (its seed and every
+setting a resume may not change, its model, the SHA-256 of its text), and
+:func:`check_kept` refuses a kept checkpoint whose own iteration is not the one its name
+says, or that belongs to another run, naming the file and the field;
+:func:`run_problems` lists what is wrong with a whole run directory against the
+checkpoints its schedule must have kept (:func:`kept_schedule`).
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import os
 import re
 import sys
 
 from resgrad.formats.atomic import remove_stale_temporaries
+from resgrad.formats.checkpoint import LAST, Checkpoint, load_checkpoint
 from resgrad.formats.lock import lock_dir, new_dir_or_nothing
+from resgrad.formats.sealed import canonical
+from resgrad.train.config import RESUMABLE
 from resgrad.train.data import check_text_file
 
 __all__ = [
     "METRICS",
     "PLOT",
     "TOKENIZER",
+    "check_kept",
     "holding_out_dir",
+    "identity_difference",
     "kept_checkpoints",
     "kept_name",
+    "kept_schedule",
     "read_metrics",
+    "run_fingerprint",
+    "run_identity",
+    "run_problems",
 ]
 
 METRICS = "metrics.jsonl"
@@ -103,7 +122,24 @@ def read_metrics(
                 if r["iter"] >= upto if r["kind"] == "iter" else r["iter"] > upto:
                     continue
             records.append(r)
+    if upto is not None:
+        missing = _missing_steps(records, upto)
+        if missing:
+            problems.append(f"{METRICS} holds no record of steps {missing} (cut or damaged)")
     return records
+
+
+def _missing_steps(records: list[dict], upto: int) -> str:
+    """The steps before ``upto`` with no ``iter`` record, as ranges ("66..299"); "" if none."""
+    have = {r["iter"] for r in records if r["kind"] == "iter"}
+    gaps, start = [], None
+    for it in range(upto + 1):
+        if it < upto and it not in have:
+            start = it if start is None else start
+        elif start is not None:
+            gaps.append(f"{start}..{it - 1}" if it - 1 > start else str(start))
+            start = None
+    return ", ".join(gaps)
 
 
 def holding_out_dir(*names: str):
@@ -133,3 +169,103 @@ def holding_out_dir(*names: str):
         return run
 
     return wrap
+
+
+# --------------------------------------------------------------------------- a run's checkpoints
+
+
+def run_identity(ckpt: Checkpoint) -> dict | None:
+    """What makes a checkpoint's run that run: every setting of its ``TrainConfig`` that a
+    resume may not change (its seed among them; not ``max_iters``, ``out_dir`` and the
+    rest of :data:`~resgrad.train.config.RESUMABLE`), its model's config, and the SHA-256
+    of the text it trained on. Two runs with one identity are one run (a copy). None for a
+    checkpoint that records no training settings or text (not written by ``train``)."""
+    train = ckpt.config.get("train") or {}
+    if not train or not ckpt.extra.get("data_sha256"):
+        return None
+    return {
+        "train": {k: v for k, v in sorted(train.items()) if k not in RESUMABLE},
+        "model": ckpt.config.get("model"),
+        "data_sha256": ckpt.extra.get("data_sha256"),
+    }
+
+
+def run_fingerprint(identity: dict | None) -> str | None:
+    """A short digest of :func:`run_identity`: equal for one run, different for two; None
+    for a run of no known identity."""
+    return None if identity is None else hashlib.sha256(canonical(identity)).hexdigest()[:16]
+
+
+def identity_difference(a: dict, b: dict) -> str | None:
+    """The first field in which the run identities ``a`` and ``b`` differ, in words ("seed 0
+    against 1", "the text's SHA-256 0123456789ab against ..."); None if they are one run."""
+    if a.get("data_sha256") != b.get("data_sha256"):
+        return (f"the text's SHA-256 {str(a.get('data_sha256'))[:12]} against "
+                f"{str(b.get('data_sha256'))[:12]}")  # fmt: skip
+    for part in ("train", "model"):
+        x, y = a.get(part) or {}, b.get(part) or {}
+        for k in sorted(set(x) | set(y)):
+            if x.get(k) != y.get(k):
+                return f"{k} {x.get(k)!r} against {y.get(k)!r}"
+    return None
+
+
+def check_kept(path: str, iteration: int, ckpt: Checkpoint, identity: dict | None = None) -> None:
+    """Refuse, in one line naming the file and the field, the kept checkpoint ``ckpt`` read
+    from ``path`` (named for ``iteration``) when its own iteration is another (a copy of
+    another checkpoint), or, given the ``identity`` of its run, when it belongs to another
+    run (:func:`run_identity`; not compared where either is of no known identity).
+
+    Raises
+    ------
+    ValueError
+    """
+    if ckpt.iteration != iteration:
+        raise ValueError(f"{path!r} is named for iteration {iteration} but its iteration field "
+                         f"is {ckpt.iteration}: a copy of another checkpoint")  # fmt: skip
+    theirs = run_identity(ckpt)
+    if identity is not None and theirs is not None:
+        why = identity_difference(identity, theirs)
+        if why is not None:
+            raise ValueError(f"{path!r} belongs to another run than the run's first checkpoint: "
+                             f"{why}")  # fmt: skip
+
+
+def kept_schedule(max_iters: int, keep_every: int) -> list[int]:
+    """The iterations a run of ``max_iters`` steps keeps a checkpoint at with ``keep_every``
+    (every multiple of it, and the last): ``TrainConfig.keep_every``'s schedule."""
+    if keep_every <= 0:
+        return []
+    return sorted({*range(0, max_iters + 1, keep_every), max_iters})
+
+
+def run_problems(out_dir: str, schedule: list[int]) -> list[str]:
+    """What is wrong with the run in ``out_dir`` against the kept checkpoints of ``schedule``,
+    each in words naming the file: an unreadable checkpoint (truncated, changed: each
+    checkpoint's own SHA-256), a kept checkpoint named for another iteration than its own
+    or of another run than ``last.ckpt``'s, one kept beside a schedule it is not on, and
+    every iteration of ``schedule`` up to ``last.ckpt``'s that kept nothing. [] for a
+    sound run (or none yet: no ``last.ckpt`` and nothing kept)."""
+    out_dir = os.fspath(out_dir)
+    last_path = os.path.join(out_dir, LAST)
+    kept = kept_checkpoints(out_dir) if os.path.isdir(out_dir) else []
+    if not os.path.exists(last_path):
+        return [f"{kept[0][1]!r} is kept but {last_path!r} is gone"] if kept else []
+    try:
+        last = load_checkpoint(last_path)
+    except ValueError as e:
+        return [str(e)]
+    identity, problems = run_identity(last), []
+    for it, path in kept:
+        try:
+            check_kept(path, it, load_checkpoint(path), identity)
+        except ValueError as e:
+            problems.append(str(e))
+        if it not in schedule:
+            problems.append(f"{path!r} is not on the run's schedule of kept checkpoints")
+    have = {it for it, _ in kept}
+    lost = [it for it in schedule if it <= last.iteration and it not in have]
+    if lost:
+        problems.append(f"{out_dir!r} kept no checkpoint at iteration(s) "
+                        f"{', '.join(map(str, lost))}, which its schedule keeps")  # fmt: skip
+    return problems

@@ -29,6 +29,7 @@ import json
 import math
 import os
 import statistics
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -212,7 +213,8 @@ def run_cell(cfg: TrainConfig, log_to: LogConfig | None = None) -> list[dict]:
            "warmup_iters": cfg.warmup_iters, "seed": cfg.seed}  # fmt: skip
     diverged = False
     try:
-        res = train(cfg, progress=False, log=lambda s: None, log_to=log_to)
+        res = train(cfg, progress=False, log=lambda s: None, log_to=log_to,
+                    warn=lambda s: print(f"{cfg.out_dir}: {s}", file=sys.stderr))  # damage
         row.update(seconds=res.seconds)
     except TrainingDiverged:
         diverged = True

@@ -1,5 +1,12 @@
 """A grid of independent jobs on local processes (joblib's loky) or a Dask cluster, with a
 progress bar, that dies with its parent and resumes where it stopped.
+
+Each finished point is appended to a sidecar file (``.<out>.partial.jsonl`` beside the
+output, :func:`sidecar_path`) and fsynced: a header line, then one sealed record
+(:mod:`resgrad.formats.sealed`) ``{"key", "rows", "sha256"}`` per point. A rerun takes the
+points there instead of computing them again, after checking each one: a line edited or
+damaged, a point written twice, or rows whose files changed since are measured again, and
+said (:func:`run_grid`).
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from resgrad.formats.atomic import atomic_write_text
+from resgrad.formats.sealed import Tampered, seal, unseal
 
 BACKENDS = ("loky", "dask")  # joblib's local processes, or a Dask cluster
 
@@ -74,40 +82,69 @@ def sidecar_is_empty(path: str) -> bool:
         return False
 
 
-def _load_sidecar(path: str) -> dict[str, list[dict]]:
-    """Point key -> rows of every point a previous run finished (see the module docstring)."""
+def _load_sidecar(
+    path: str, say: Callable[[str], None], check: Callable[[str, list[dict]], str | None] | None
+) -> dict[str, list[dict]]:
+    """Point key -> rows of every point a previous run finished and that reads back as it was
+    written (see the module docstring).
+
+    Each line is a sealed record (:func:`resgrad.formats.sealed.seal`). A line whose seal
+    does not match (edited or damaged), a point written on two lines, and a point whose
+    rows ``check`` finds stale (it returns why: a file they were measured on is gone or
+    changed) are not used: each is said to ``say``, naming the file and the line or the
+    reason, and its point is measured again. The tail a crash cut short is dropped
+    without a word. The file is then rewritten with the lines kept, so that the point
+    measured again is written once.
+    """
     if not os.path.exists(path):
         return {}
     with open(path, encoding="utf-8") as f:
         text = f.read()
-    lines = text.split("\n")  # a complete file ends in "\n", so the last piece is ""
     if not text.startswith(_SIDECAR_HEADER):
         raise ValueError(
             f"the partial-results file {path!r} is not a resgrad sweep's; delete it to start afresh"
         )
+    pieces = text[len(_SIDECAR_HEADER) :].split("\n")  # a whole file ends in "\n": last ""
     done: dict[str, list[dict]] = {}
-    body = lines[1:]
-    for n, line in enumerate(body):
-        last = n == len(body) - 1
-        if last and line == "":
-            break
+    first_at: dict[str, int] = {}
+    twice: set[str] = set()
+    problems: list[str] = []
+    for n, line in enumerate(pieces[:-1], 2):  # the last piece: "" or a torn tail
+        where = f"line {n} of the partial-results file {path!r}"
         try:
-            entry = json.loads(line)
-            done[entry["key"]] = entry["rows"]
-        except (ValueError, KeyError, TypeError) as e:
-            if not last:  # only the tail can be torn by a crash; anything else is damage
-                raise ValueError(
-                    f"the partial-results file {path!r} is unreadable at line {n + 2} ({e}); "
-                    "delete it to start afresh"
-                ) from None
-        if last:  # no newline after it: a write cut short; keep what parsed, drop the rest
-            kept = [_SIDECAR_HEADER] + [_sidecar_line(k, r) for k, r in done.items()]
-            atomic_write_text(path, "".join(kept))
+            entry = unseal(json.loads(line), where)
+            key, rows = entry["key"], entry["rows"]
+            if not isinstance(key, str) or not isinstance(rows, list):
+                raise TypeError
+        except Tampered as e:
+            problems.append(str(e))
+            continue
+        except (ValueError, KeyError, TypeError):
+            problems.append(f"{where} is not a point's record")
+            continue
+        if key in first_at:
+            problems.append(f"{where} holds the point of line {first_at[key]} again")
+            twice.add(key)
+            continue
+        first_at[key] = n
+        done[key] = rows
+    for key in twice:  # which of the two is right cannot be told: neither is used
+        del done[key]
+    for key in list(done) if check is not None else ():
+        why = check(key, done[key])
+        if why is not None:
+            problems.append(why)
+            del done[key]
+    for why in problems:
+        say(f"{why}: its point is measured again")
+    if problems or pieces[-1]:  # what is kept, once each, and no torn tail
+        kept = [_SIDECAR_HEADER] + [_sidecar_line(k, r) for k, r in done.items()]
+        atomic_write_text(path, "".join(kept))
     return done
 
 
 def _sidecar_line(key: str, rows: list[dict]) -> str:
-    return json.dumps({"key": key, "rows": rows}) + "\n"
+    return json.dumps(seal({"key": key, "rows": rows})) + "\n"
 
 
 def _append_sidecar(f, key: str, rows: list[dict]) -> None:
@@ -295,6 +332,8 @@ def run_grid(
     desc: str = "sweep",
     threads: int | None = None,
     client=None,
+    say: Callable[[str], None] | None = None,
+    check: Callable[[str, list[dict]], str | None] | None = None,
 ) -> GridResult:
     """Run ``job`` on every (key, point) not already in the sidecar file ``side``.
 
@@ -306,13 +345,17 @@ def run_grid(
     depend on the backend or the order the points finish in. ``threads``: BLAS threads
     in each local worker (default: joblib's, cores // jobs). ``client``: a Dask client
     the caller connected (and closes); by default one is connected here for ``dask``.
+    ``check(key, rows)``: why a finished point's rows can no longer be trusted (a file
+    they were measured on changed), or None; such a point, and a sidecar line that fails
+    its seal, is measured again, said to ``say`` (default: a line on stderr).
     """
+    say = say or (lambda s: print(s, file=sys.stderr))
     jobs = check_backend(jobs, backend, scheduler, connect_timeout)
     own = client is None and backend == "dask"
     if own:
         client = _connect(scheduler, connect_timeout)
     try:
-        done = _load_sidecar(side)  # point key -> rows, from an interrupted run
+        done = _load_sidecar(side, say, check)  # point key -> rows, from an interrupted run
         todo = [(k, p) for k, p in points if k not in done]
         resumed = len(points) - len(todo)
         disable = None if progress is None else not progress  # None: only on a terminal

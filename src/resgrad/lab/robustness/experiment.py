@@ -16,6 +16,8 @@ import dataclasses
 import json
 import math
 import os
+import shutil
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -23,6 +25,7 @@ import numpy as np
 
 from resgrad.formats.atomic import atomic_write_text
 from resgrad.formats.checkpoint import LAST
+from resgrad.formats.sealed import stamp, stamp_problem
 from resgrad.lab.experiments.experiment import _check_same_cell, cell_key, run_cell
 from resgrad.lab.experiments.grid import run_grid, sidecar_path
 from resgrad.lab.lesion.study import LesionStudy
@@ -35,6 +38,7 @@ from resgrad.lab.study.budget import FLOPS_PER_S, format_seconds, refuse_over_bu
 from resgrad.lab.study.protocol import every_checkpoint
 from resgrad.nn.model import MAX_ALPHA, VARIANTS
 from resgrad.train.config import TrainConfig
+from resgrad.train.rundir import kept_checkpoints, kept_schedule, run_problems
 
 __all__ = [
     "BUDGET_S",
@@ -181,11 +185,33 @@ def validation_text(text: str) -> str:
     return text[int(len(text) * (1 - VAL_FRACTION)) :]
 
 
+def _sound_run(cfg: TrainConfig) -> None:
+    """Make ``cfg``'s run directory one this study can resume and read: where it holds a
+    checkpoint that does not read back as written (damaged, a copy of another iteration's,
+    another run's) or lacks one its schedule kept, the run is said on stderr, naming the
+    file and why, and removed to be trained again from the start (the study wrote it)."""
+    schedule = kept_schedule(cfg.max_iters, cfg.keep_every)
+    problems = run_problems(cfg.out_dir, schedule)
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        print(f"{problems[0]}{more}: model {os.path.basename(cfg.out_dir)} is trained again "
+              "from the start", file=sys.stderr)  # fmt: skip
+        shutil.rmtree(cfg.out_dir)
+
+
 def measure_cell(point: tuple) -> list[dict]:
-    """Train one model (resuming its own run) and read it at every checkpoint it kept: one
-    row per checkpoint (:data:`ROW_FIELDS`). A module-level job for the grid's workers."""
+    """Train one model (resuming its own run, after :func:`_sound_run`) and read it at every
+    checkpoint its schedule keeps: one row per checkpoint (:data:`ROW_FIELDS`, and the stamp
+    of the checkpoint it was read on, so that a rerun can tell the file is still that one).
+    A module-level job for the grid's workers."""
     cfg, key, study_cfg, text = point
+    _sound_run(cfg)
     run_cell(cfg)
+    kept = [it for it, _ in kept_checkpoints(cfg.out_dir)]
+    schedule = kept_schedule(cfg.max_iters, cfg.keep_every)
+    if kept != schedule:  # trained to the end: every checkpoint of the schedule, no other
+        raise RuntimeError(f"{cfg.out_dir!r} kept checkpoints at {kept}, its schedule at "
+                           f"{schedule}")  # fmt: skip
     paths_study, lesion_study = study_cfg.studies()
     val = validation_text(text)
     (psteps,) = every_checkpoint(paths_study, [cfg.out_dir], val)
@@ -203,8 +229,23 @@ def measure_cell(point: tuple) -> list[dict]:
             "loss": s.ce, "mean_k": float(np.arange(len(shares)) @ shares),
             "share0": float(shares[0]), "share_short": float(shares[: key.depth // 4 + 1].sum()),
             "block_dce": s.block_dce, "worst_dce": s.worst_dce, "delete2_dce": float(d2),
+            "stamp": stamp(p.path),
         })  # fmt: skip
     return out
+
+
+def _stale_rows(out_dir: str):
+    """The grid's check of a model's cached rows: why one of them was read on a checkpoint
+    that is no longer the file on disk (gone, cut, changed), or None."""
+
+    def check(key: str, rows: list[dict]) -> str | None:
+        for r in rows:
+            why = stamp_problem(os.path.join(out_dir, r.get("checkpoint", "")), r.get("stamp"))
+            if why is not None:
+                return why
+        return None
+
+    return check
 
 
 def run_cells(cfg: RobustnessConfig, out_dir: str, *, jobs: int | None = None,
@@ -252,7 +293,7 @@ def run_cells(cfg: RobustnessConfig, out_dir: str, *, jobs: int | None = None,
     grid = run_grid(list(zip(keys, points)), measure_cell, side, jobs=jobs, backend=backend,
                     scheduler=scheduler, connect_timeout=connect_timeout, progress=progress,
                     desc=f"robustness (about {format_seconds(seconds)})",
-                    threads=threads)  # fmt: skip
+                    threads=threads, check=_stale_rows(out_dir))  # fmt: skip
     return [r for k in keys for r in grid.done[k]]
 
 

@@ -33,6 +33,7 @@ from resgrad.lab.study.refusals import (
     NO_RUN,
     NOT_ONE_RUN,
     RUN_GIVEN_TWICE,
+    SAME_MODEL_TWICE,
     SOURCE_GIVEN_TWICE,
 )
 from resgrad.lab.study.runs import RunModel, check_comparable, plan_runs, run_model
@@ -130,13 +131,16 @@ def every_checkpoint(
     result equals the study of that checkpoint alone. Before the first study: a run given
     twice, a run that kept no checkpoint, and runs unlike the first (:func:`plan_runs`) are
     refused, then a model the study cannot take and work over its budget (every checkpoint
-    of every run). A checkpoint of another shape than its run's first is ``not one run``.
+    of every run). A checkpoint of another shape than its run's first is ``not one run``;
+    one whose own iteration is not its name's, or of another run (another seed or text,
+    :func:`~resgrad.train.rundir.check_kept`), is refused naming the file and the field.
 
     Raises
     ------
     ValueError, OSError
     """
     from resgrad.train.data import default_corpus
+    from resgrad.train.rundir import check_kept
     from resgrad.train.sample import load_model
 
     refuse_twice(run_dirs)
@@ -159,6 +163,7 @@ def every_checkpoint(
                 rm = run_model(model.cfg, ckpt, ids)
                 first = first or (path, rm)
                 check_comparable([first, (path, rm)], "checkpoint", NOT_ONE_RUN)
+                check_kept(path, it, ckpt, plan.identity)  # its iteration, and this run's
                 steps.append(Checkpoint(it, path, study.run(model, ids, name, bar.update), rm))
                 del model
             out.append(steps)
@@ -199,6 +204,20 @@ def common_steps(runs: Sequence[Sequence[Checkpoint]]) -> list[Step]:
 # --------------------------------------------------------------------------- across runs
 
 
+def _weights_digest(params) -> str:
+    """The SHA-256 of a model's weights: every parameter's name, dtype, shape and bytes."""
+    import hashlib
+
+    import numpy as np
+
+    h = hashlib.sha256()
+    for k in sorted(params):
+        v = np.ascontiguousarray(params[k])
+        h.update(f"{k}|{v.dtype.str}|{v.shape}|".encode())
+        h.update(v.data)
+    return h.hexdigest()
+
+
 class Model(NamedTuple):
     """A study of one SOURCE model."""
 
@@ -224,12 +243,14 @@ def across_runs(
     Face GPT-2 directory or hub name, a nanoGPT ckpt.pt; :mod:`resgrad.train.source`), in order,
     on windows of ``text`` (the built-in corpus by default; ``text_path`` names it in errors).
 
-    Each model is refused before its weights are used when the study cannot take it or
-    ``len(sources)`` such studies would go over the budget, and before its study when it is
-    unlike the first (``describe(cfg, ids)`` says what must be shared; by default its scheme,
-    shape, vocabulary size and text tokens). ``kinds`` are the kinds of SOURCE taken (default:
-    every model and the lesson's name, which a caller handles first), ``flag`` names them in
-    a refusal.
+    Every model is read once before the first study, one at a time, and refused before any
+    study: when the study cannot take it or ``len(sources)`` such studies would go over the
+    budget (before its weights are read), when it is unlike the first (``describe(cfg,
+    ids)`` says what must be shared; by default its scheme, shape, vocabulary size and
+    text tokens), and when its weights are another's, bit for bit (a copy of a run, a link
+    to a checkpoint: given twice). Then each is read again for its study. ``kinds`` are the
+    kinds of SOURCE taken (default: every model and the lesson's name, which a caller
+    handles first), ``flag`` names them in a refusal.
 
     Raises
     ------
@@ -249,12 +270,22 @@ def across_runs(
         study.fits(cfg)
         study.require(cfg, len(srcs))
 
-    for name, src in zip(run_names([s.name for s in srcs]), srcs):
-        model, tok = load_source(src, fits=fits)
+    names = run_names([s.name for s in srcs])
+    described: list[tuple[str, RunModel]] = []
+    weights: dict[str, str] = {}  # the digest of each model's weights -> its SOURCE
+    for name, src in zip(names, srcs):  # every refusal before the first study: each model
+        model, tok = load_source(src, fits=fits)  # read once here, its weights let go
+        digest = _weights_digest(model.params)
+        if digest in weights:  # a copy given beside its original is that model again
+            raise SAME_MODEL_TWICE(source=src.name, first=weights[digest])
+        weights[digest] = src.name
         ids = encode_text(tok, text, text_path)  # (N,); a text it cannot encode names the fix
-        rm = describe(model.cfg, ids)
-        if out:
-            check_comparable([(out[0].name, out[0].model), (name, rm)], "run")
+        described.append((name, describe(model.cfg, ids)))
+        check_comparable([described[0], described[-1]], "run")
+        del model
+    for (name, rm), src in zip(described, srcs):
+        model, tok = load_source(src)
+        ids = encode_text(tok, text, text_path)  # (N,)
         with study.bar(study.cost(model.cfg, 1)) as bar:
             out.append(Model(name, study.run(model, ids, name, bar.update), rm, model.cfg))
         del model

@@ -106,6 +106,19 @@ RUN_GIVEN_TWICE = Refusal(
     "run directory {run!r} is given twice; each run counts once",
     {"run": "run/"},
 )  # fmt: skip
+#: two run directories that hold one run (a copy): the same seed, settings and text
+SAME_RUN_TWICE = Refusal(
+    "same-run-twice", "runs", "paths",
+    "run directories {first!r} and {run!r} hold the same run (the same seed, settings and "
+    "text: a copy); each run counts once",
+    {"first": "run/", "run": "run-copy/"},
+)  # fmt: skip
+#: two SOURCE models with the same weights, bit for bit (a copy)
+SAME_MODEL_TWICE = Refusal(
+    "same-model-twice", "runs", "lesion",
+    "SOURCE {source!r} holds the same weights as {first!r} (a copy); each model counts once",
+    {"source": "run-copy", "first": "run"},
+)  # fmt: skip
 #: a kept checkpoint unlike its run's first
 NOT_ONE_RUN = Refusal(
     "not-one-run", "runs", "paths",
@@ -459,8 +472,10 @@ ALL: tuple[Refusal, ...] = (
     SEQ_TOO_LONG,
     UNLIKE_RUNS,
     RUN_GIVEN_TWICE,
+    SAME_RUN_TWICE,
     NOT_ONE_RUN,
     SOURCE_GIVEN_TWICE,
+    SAME_MODEL_TWICE,
     NOT_A_RUN_DIRECTORY,
     NO_KEPT_CHECKPOINT,
     NO_COMMON_ITERATION,

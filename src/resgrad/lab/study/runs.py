@@ -18,6 +18,7 @@ import numpy as np
 from resgrad.lab.study.refusals import (
     NO_KEPT_CHECKPOINT,
     NOT_A_RUN_DIRECTORY,
+    SAME_RUN_TWICE,
     UNLIKE_RUNS,
     Refusal,
 )
@@ -99,6 +100,7 @@ class RunPlan(NamedTuple):
     kept: list[tuple[int, str]]  # (iteration, path), by iteration
     cfg: Any  # the GPTConfig of its first kept checkpoint
     model: RunModel
+    identity: dict | None  # the run of its first kept checkpoint (train.rundir.run_identity)
 
 
 def _kept(run_dir: str) -> list[tuple[int, str]]:
@@ -118,8 +120,10 @@ def plan_runs(run_dirs: Sequence[str], text: str | None = None) -> list[RunPlan]
     :func:`~resgrad.lab.study.protocol.every_checkpoint` of them will go through.
 
     For the checks a caller makes before the work (the model's size, the time it takes)
-    and the one made here: runs of another scheme, depth, width, heads, vocabulary or
-    text tokens than the first are refused before any study (:func:`check_comparable`).
+    and the ones made here, before any study: a first checkpoint named for another
+    iteration than its own, a run that is another's copy (the same seed, settings and text:
+    :func:`~resgrad.train.rundir.run_identity`), and runs of another scheme, depth, width,
+    heads, vocabulary or text tokens than the first (:func:`check_comparable`).
 
     Raises
     ------
@@ -129,6 +133,7 @@ def plan_runs(run_dirs: Sequence[str], text: str | None = None) -> list[RunPlan]
         A run directory that is not a directory, or a checkpoint that cannot be read.
     """
     from resgrad.train.data import default_corpus
+    from resgrad.train.rundir import check_kept, run_fingerprint, run_identity
     from resgrad.train.sample import load_model
 
     text = default_corpus() if text is None else text
@@ -136,10 +141,17 @@ def plan_runs(run_dirs: Sequence[str], text: str | None = None) -> list[RunPlan]
     for d in run_dirs:
         kept = _kept(d)
         model, tok, ckpt = load_model(kept[0][1])
+        check_kept(kept[0][1], kept[0][0], ckpt)  # its own iteration, as its name says
+        identity = run_identity(ckpt)
+        mine = run_fingerprint(identity)  # None: a checkpoint train did not write
+        same = next((p for p in plans if mine and run_fingerprint(p.identity) == mine), None)
+        if same is not None:  # a copy of a run given beside it is that run again
+            raise SAME_RUN_TWICE(first=same.run_dir, run=d)
         # the model and its vocabulary first: another vocabulary may not encode the text
         named = [(p.run_dir, p.model._replace(tokens="")) for p in plans[:1]]
         check_comparable([*named, (d, run_model(model.cfg, ckpt, None))], "run")
-        plans.append(RunPlan(d, kept, model.cfg, run_model(model.cfg, ckpt, tok.encode(text))))
+        rm = run_model(model.cfg, ckpt, tok.encode(text))
+        plans.append(RunPlan(d, kept, model.cfg, rm, identity))
         check_comparable([(p.run_dir, p.model) for p in (plans[0], plans[-1])], "run")
         del model
     return plans
