@@ -53,9 +53,10 @@ def _still_running(procs, timeout):
         time.sleep(0.05)
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL],
-                         ids=["SIGTERM", "SIGINT", "SIGKILL"])  # fmt: skip
-def test_killing_the_experiment_ends_its_workers_and_a_rerun_resumes(tmp_path, text, sig):
+@pytest.mark.parametrize("sig, group", [(signal.SIGTERM, False), (signal.SIGINT, False),
+                                        (signal.SIGKILL, False), (signal.SIGINT, True)],
+                         ids=["SIGTERM", "SIGINT", "SIGKILL", "Ctrl-C"])  # fmt: skip
+def test_killing_the_experiment_ends_its_workers_and_a_rerun_resumes(tmp_path, text, sig, group):
     """Before, loky's workers trained on as orphans, holding their cells' locks, and the
     rerun was refused ("run directory ... is in use by another resgrad run"). And the
     resource tracker warned at exit of the semaphores the killed workers' progress bars had
@@ -67,7 +68,7 @@ def test_killing_the_experiment_ends_its_workers_and_a_rerun_resumes(tmp_path, t
     p = subprocess.Popen([sys.executable, "-m", "resgrad", *args, "--seeds", "30,4", "--jobs", "2"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-                         )  # fmt: skip
+                         start_new_session=group)  # fmt: skip
     dyn = [os.path.join(out, "runs", f"pre-ln_L1_lr0.001_w0_s{s}", "dynamics.bin") for s in (30, 4)]
     t0 = time.monotonic()
     while not all(os.path.exists(d) for d in dyn):  # both workers are training
@@ -76,7 +77,10 @@ def test_killing_the_experiment_ends_its_workers_and_a_rerun_resumes(tmp_path, t
         time.sleep(0.02)
     workers = psutil.Process(p.pid).children(recursive=True)
     assert len(workers) >= 2  # loky's two workers (and its resource trackers)
-    os.kill(p.pid, sig)
+    if group:  # Ctrl-C at a terminal: every process of the foreground group gets SIGINT
+        os.killpg(p.pid, sig)
+    else:
+        os.kill(p.pid, sig)
     rc = p.wait(timeout=60)
     alive = _still_running(workers, timeout=30)
     for w in alive:  # a failing test leaves no orphan behind

@@ -133,7 +133,7 @@ def test_every_refusal_is_used_by_a_study_module():
 
 # the lines the page quoted by hand before it listed them from refusals.py
 QUOTED = [
-    "resgrad paths: error: the lesson's stack of depth 20 (1 split and --veit 1,000,000,000 sampled paths per k) would take about 49.1 days (210,000,000,210 branch VJPs; an estimate), more than the budget of 10.0 min; pass --budget 5303761 to allow it, or ask for less",  # noqa: E501
+    "resgrad paths: error: the lesson's stack of depth 20 (1 split and --veit 1,000,000,000 sampled paths per k) would take about 48.9 days (210,000,000,210 branch VJPs; an estimate), more than the budget of 10.0 min; pass --budget 5285841 to allow it, or ask for less",  # noqa: E501
     "resgrad paths: error: --seq 64 (the default) is longer than the model's 16 positions; pass --seq 16 or less",  # noqa: E501
     "resgrad paths: error: run 'B' has scheme post-ln, run 'A' has pre-ln: only runs of one model on one text are compared",  # noqa: E501
     "resgrad paths: error: run directory 'run/' is given twice; each run counts once",

@@ -35,8 +35,8 @@ def test_the_quick_study_prints_levels_verdicts_and_points_to_its_checkpoints(st
                verdicts)  # fmt: skip
     assert f"--text {out}/validation.txt" in text and "ckpt-" in text
     assert os.path.getsize(plot) > 10_000
-    assert sorted(os.listdir(out)) == [".checkpoints.csv.partial.jsonl", "checkpoints.csv",
-                                       "runs", "validation.txt"]  # fmt: skip
+    assert sorted(os.listdir(out)) == [".checkpoints.csv.partial.jsonl", ".resgrad.lock",
+                                       "checkpoints.csv", "runs", "validation.txt"]  # fmt: skip
 
 
 def test_a_rerun_trains_nothing_and_gives_the_same_bytes(study, capsys):
@@ -110,6 +110,10 @@ def test_trajectories_group_rows_by_model_in_iteration_order():
         (["--variants", "pre-ln,none"], "scheme 'none' has no + x path to study"),
         (["--lrs", "1e-3"], "--lrs cannot be combined with experiment robustness"),
         (["--levels", "3,9.9"], "level 9.9 is above the loss every model starts near, ln V = "),
+        (["--seeds", "1"], "--seeds 0 is 1 training seed; the analysis resamples the seeds"),
+        (["--seeds", "5-5"], "--seeds 5 is 1 training seed"),
+        (["--backend", "dask", "--scheduler", "tcp://127.0.0.1:9", "--connect-timeout", "1"],
+         "cannot reach the Dask scheduler at 'tcp://127.0.0.1:9'"),
     ],
 )
 def test_bad_input_is_one_line_before_any_model_trains(tmp_path, capsys, flags, message):
@@ -137,3 +141,76 @@ def test_a_level_outside_the_common_range_is_refused_naming_it(study, capsys):
     assert main([*QUICK, "--out-dir", out, "--levels", "1.5"]) == 2  # the models are cached
     err = capsys.readouterr().err
     assert "level 1.5 is outside the range every model reaches" in err and err.count("\n") == 1
+
+
+def test_minus_zero_is_the_dose_zero_one_model_one_name():
+    cfg = RobustnessConfig.quick(doses=(-0.0, 1.0))
+    assert cfg.doses == (0.0, 1.0) and str(cfg.doses[0]) == "0.0"
+    names = [name for name, _, _ in cfg.cells(".")]
+    assert "rezero_L2_a0_s0" in names and not any("a-0" in n for n in names)
+
+
+def test_a_one_character_text_is_refused_before_any_model_trains(tmp_path, capsys):
+    text = tmp_path / "a.txt"
+    text.write_text("a" * 5000, encoding="utf-8")
+    out = str(tmp_path / "never")
+    assert main([*QUICK, "--out-dir", out, "--data", str(text)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "has 1 distinct character" in err and "--data" in err
+    assert not os.path.exists(out)
+
+
+def test_an_out_dir_that_is_a_file_is_refused_by_its_flag(tmp_path, capsys):
+    out = tmp_path / "file"
+    out.write_text("mine", encoding="utf-8")
+    assert main([*QUICK, "--out-dir", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"--out-dir {str(out)!r} is a file" in err
+    assert out.read_text(encoding="utf-8") == "mine"
+
+
+@pytest.mark.parametrize("name", ["validation.txt", "checkpoints.csv"])
+def test_files_no_study_wrote_are_never_replaced(tmp_path, capsys, name):
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / name).write_text("my own notes", encoding="utf-8")
+    assert main([*QUICK, "--out-dir", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"holds {name}, which no study wrote there" in err
+    assert sorted(os.listdir(out)) == [name]  # nothing written, nothing replaced
+    assert (out / name).read_text(encoding="utf-8") == "my own notes"
+
+
+def test_each_printed_read_again_command_gives_its_row(study, capsys):
+    # the command the table prints beside its checkpoints, run as printed, gives the row's
+    # path length and lesion cost for that checkpoint: --seeds is read back as the seeds
+    import csv
+    import re
+    import shlex
+
+    out, _ = study
+    assert main([*QUICK, "--out-dir", out]) == 0
+    text = capsys.readouterr().out
+    line = next(ln for ln in text.splitlines() if ln.startswith("the checkpoints nearest"))
+    paths_cmd = line.split("resgrad paths CKPT ")[1].split(", and resgrad lesion CKPT")[0]
+    lesion_cmd = line.split("resgrad lesion CKPT ")[1].rstrip(":")
+    ckpt = re.search(r"(\S+\.ckpt) \(loss", text.split("\n  level ")[-1])[1]
+    row = next(r for r in csv.DictReader(open(os.path.join(out, "checkpoints.csv")))
+               if os.path.join(out, r["checkpoint"]) == ckpt)  # fmt: skip
+    assert main(["paths", ckpt, *shlex.split(paths_cmd), "--format", "json"]) == 0
+    got = json.loads(capsys.readouterr().out)["rows"]
+    mean_k = sum(r["k"] * r["share_norm"] for r in got)
+    assert mean_k == pytest.approx(float(row["mean_k"]), rel=1e-12)
+    assert got[0]["share_norm"] == pytest.approx(float(row["share0"]), rel=1e-12)
+    assert main(["lesion", ckpt, *shlex.split(lesion_cmd), "--format", "json"]) == 0
+    rows_ = json.loads(capsys.readouterr().out)["rows"]
+    d2 = next(r for r in rows_ if r["kind"] == "delete" and r["k"] == 2)
+    assert d2["dce"] == pytest.approx(float(row["delete2_dce"]), rel=1e-12)
+
+
+def test_a_lone_window_seed_is_printed_as_that_seed():
+    from resgrad.cli._common import seeds
+    from resgrad.lab.robustness.report import seeds_flag
+
+    for given in [(0,), (5,), (0, 1), (3, 5), (0, 1, 2), (2, 3)]:
+        assert seeds(seeds_flag(given)) == given  # what the parser reads back is the seeds

@@ -182,8 +182,9 @@ def test_the_lesion_estimate_counts_the_passes_and_blocks_the_study_runs(monkeyp
     two = study.cost(m.cfg, 2)
     assert (two.passes, two.blocks) == (2 * cost.passes, 2 * cost.blocks)
     assert two.seconds == pytest.approx(2 * cost.seconds, rel=1e-12)
-    block_s = les.BLOCK_OVERHEAD_S + (24 * 2 * 8 * 16**2 + 4 * 2 * 8**2 * 16) / budget.FLOPS_PER_S
-    head_s = (2 * 2 * 8 * 16 * V + 10 * 2 * 8 * V) / budget.FLOPS_PER_S
+    flops = budget.FLOAT32_FLOPS_PER_S  # the lesioned forwards are float32
+    block_s = les.BLOCK_OVERHEAD_S + (24 * 2 * 8 * 16**2 + 4 * 2 * 8**2 * 16) / flops
+    head_s = (2 * 2 * 8 * 16 * V + 10 * 2 * 8 * V) / flops
     assert cost.seconds == pytest.approx(by_hand * block_s + S * J * head_s, rel=1e-12)
 
 

@@ -658,3 +658,26 @@ def test_the_grid_order_is_variant_then_depth_then_width_then_seed():
                       widths=(16, 8), seeds=(5, 2), heads=2, seq=4, batch=2)  # fmt: skip
     want = list(itertools.product(cfg.variants, (3, 1), (16, 8), (5, 2)))
     assert [(p.variant, p.depth, p.width, p.seeds[0]) for p in cfg.points()] == want
+
+
+def _sigint_disposition(point):
+    """A grid job that reports how its process handles SIGINT."""
+    import signal
+
+    return [{"sigint": str(signal.getsignal(signal.SIGINT))}]
+
+
+def test_a_local_worker_leaves_ctrl_c_to_the_grid_that_runs_it():
+    # Ctrl-C at a terminal reaches every process of the group: a worker that took it would
+    # print its own traceback while the grid tears the pool down and says its one line
+    import signal
+    from concurrent.futures import ProcessPoolExecutor
+
+    parent = os.getpid()
+    with ProcessPoolExecutor(1) as pool:
+        key, rows = pool.submit(grid._keyed, _sigint_disposition, "k", None, parent).result()
+    assert key == "k" and rows == [{"sigint": str(signal.SIG_IGN)}]
+    # the grid's own process (jobs=1 runs the points there) keeps Ctrl-C
+    _, rows = grid._keyed(_sigint_disposition, "k", None, parent)
+    assert rows[0]["sigint"] != str(signal.SIG_IGN)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

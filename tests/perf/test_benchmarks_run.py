@@ -20,6 +20,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 SMALLEST = {
     "bench_adamw.py": (["--config", "cpu-recipe", "--steps", "2"], ()),
     "bench_dynamics.py": (["--steps", "2", "--block", "1"], ()),
+    "bench_estimates.py": (["--quick"], ()),
     "bench_flow.py": (["--repeat", "1"], ()),
     "bench_flow_profile.py": (
         ["--config", "cpu-recipe", "--seq", "16", "--batch", "2", "--repeat", "1"],

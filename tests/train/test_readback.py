@@ -129,3 +129,16 @@ def test_the_identity_is_the_seed_settings_model_and_text_not_the_length(run, tm
         with pytest.raises(ValueError, match="belongs to another run"):
             check_kept("x.ckpt", 12, load_checkpoint(os.path.join(c.out_dir, "last.ckpt")), me)
     check_kept("x.ckpt", 12, ckpt, me)  # its own run, its own iteration: no refusal
+
+
+@pytest.mark.parametrize("name", ["metrics.jsonl", "loss.png", "best.ckpt"])
+def test_a_fresh_run_never_replaces_a_file_it_did_not_write(tmp_path, text_file, name):
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / name).write_text("my own", encoding="utf-8")
+    with pytest.raises(ValueError, match=f"holds {name}, which no run wrote there"):
+        train(_cfg(tmp_path, text_file, "mine"), progress=False, log=lambda s: None)
+    assert [p.name for p in out.iterdir() if not p.name.startswith(".")] == [name]  # no more
+    assert (out / name).read_text(encoding="utf-8") == "my own"
+    (out / name).write_text("", encoding="utf-8")  # an empty file holds nothing to lose
+    train(_cfg(tmp_path, text_file, "mine"), progress=False, log=lambda s: None)

@@ -266,6 +266,12 @@ def _start_run(cfg: TrainConfig, last_path: str, fits=None) -> _Run:
                 f"{out_dir!r} already holds a run ({LAST if not kept else kept_name(kept[0][0])});"
                 " pass --resume to continue it or choose another --out-dir"
             )
+        mine = (METRICS, PLOT, BEST)  # what a run writes that a user might keep of their own
+        theirs = [n for n in mine if _nonempty(os.path.join(out_dir, n))]
+        if theirs:  # not a run's (it has no checkpoint): a fresh run would replace them
+            raise ValueError(f"--out-dir {out_dir!r} holds {', '.join(theirs)}, which no run "
+                             f"wrote there (it has no {LAST}); choose another --out-dir, or "
+                             "move them")  # fmt: skip
         corpus, model = _fresh_model(cfg, fits)
         return _Run(
             corpus=corpus,
@@ -323,6 +329,10 @@ def _start_run(cfg: TrainConfig, last_path: str, fits=None) -> _Run:
         records=records,
         repaired=repaired,
     )
+
+
+def _nonempty(path: str) -> bool:
+    return os.path.isfile(path) and os.path.getsize(path) > 0
 
 
 def _fresh_model(cfg: TrainConfig, fits=None) -> tuple[Corpus, GPT]:

@@ -311,7 +311,10 @@ def _bars_lock_threads_only() -> None:
 
 
 def _keyed(job: Callable[[object], list[dict]], key: str, point: object, parent: int | None):
-    if parent is not None:  # a local worker
+    if parent is not None and os.getpid() != parent:  # a local worker (jobs=1: the parent)
+        # Ctrl-C at a terminal reaches the whole process group: the parent tears the pool
+        # down and says one line; a worker that took it too would print its traceback
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         _die_with_parent(parent)
         _bars_lock_threads_only()
     rows = job(point)

@@ -70,7 +70,7 @@ from typing import NamedTuple
 import numpy as np
 
 from resgrad.lab.study.budget import (
-    FLOPS_PER_S,
+    FLOAT32_FLOPS_PER_S,
     bar,
     refuse_over_budget,
 )
@@ -118,8 +118,8 @@ MAX_SAMPLES = 10_000  # N, random sets per k
 MAX_LESIONS = 100_000  # interventions in one plan (each a few L-long tuples)
 MAX_SEED = 2**32  # seeds are in [0, 2**32), as numpy's
 # seconds of one block's forward: a fixed cost of Python and NumPy calls plus its flops at
-# budget.FLOPS_PER_S (an order of magnitude, as paths' estimate; the lesson's layer: the cost)
-BLOCK_OVERHEAD_S = 2e-4
+# budget.FLOAT32_FLOPS_PER_S (the forward is float32; the lesson's layer: the cost)
+BLOCK_OVERHEAD_S = 1e-4
 LESSON_LAYER_S = 1e-5
 
 
@@ -403,10 +403,10 @@ def _blocks(lesions: Sequence[Lesion], seeds: int) -> int:
 def model_cost(cfg, seq: int, batch: int, lesions: Sequence[Lesion], seeds: int) -> Cost:
     """The cost of :func:`~resgrad.lab.lesion.measure.model_study` of ``lesions`` on ``seeds``
     batches of (batch, seq): a block forward about 24 B T C^2 + 4 B T^2 C flops, a pass's head
-    and metrics 2 B T C V + 10 B T V."""
+    and metrics 2 B T C V + 10 B T V, in float32."""
     B, T, C, V = batch, seq, cfg.n_embd, cfg.vocab_size
-    block_s = BLOCK_OVERHEAD_S + (24 * B * T * C * C + 4 * B * T * T * C) / FLOPS_PER_S
-    head_s = (2 * B * T * C * V + 10 * B * T * V) / FLOPS_PER_S
+    block_s = BLOCK_OVERHEAD_S + (24 * B * T * C * C + 4 * B * T * T * C) / FLOAT32_FLOPS_PER_S
+    head_s = (2 * B * T * C * V + 10 * B * T * V) / FLOAT32_FLOPS_PER_S
     blocks, passes = _blocks(lesions, seeds), len(lesions) * seeds
     return Cost(passes - seeds, blocks, blocks * block_s + passes * head_s)
 

@@ -56,6 +56,11 @@ BUDGET_S = 3600.0  # a study estimated longer than this is refused unless asked 
 # the levels are chosen in the lowest half of the range every model reaches: the upper half
 # lies near the loss at initialization, where the models differ by their init alone
 LEVELS_PART = 0.5
+# the estimate's fixed costs (measured on 2 cores, numba's kernels in their cache): a worker
+# process's start (its imports, the kernels loaded, a first step's warm-up), and a model's
+# own (its text encoded, its init, two evaluations, its dynamics files, ~10 checkpoints)
+WORKER_START_S = 2.0
+MODEL_S = 0.2
 DOSE_SCHEME = "rezero"  # the dose: rezero's alpha at initialization (GPTConfig.rezero_alpha)
 # measured at every kept checkpoint: paths' mean k, k = 0 share and share with k <= L // 4;
 # lesion's one-block change in CE (mean over blocks, and its worst block's) and k = 2 deletion
@@ -107,6 +112,15 @@ class RobustnessConfig:
             raise ValueError(f"--keep-every {self.keep_every} keeps {kept} checkpoint(s) per "
                              f"model of {self.max_iters} steps; expected at least 3, so that "
                              "a loss level falls between two")  # fmt: skip
+        # -0 is 0: one model, one name (a0), not a-0 beside it
+        object.__setattr__(self, "doses", tuple(float(d) + 0.0 for d in self.doses))
+        if len(set(self.doses)) < len(self.doses):
+            raise ValueError(f"--doses {','.join(f'{d:g}' for d in self.doses)}: expected "
+                             "distinct doses")  # fmt: skip
+        if len(self.seeds) < 2:
+            raise ValueError(f"--seeds {','.join(map(str, self.seeds))} is {len(self.seeds)} "
+                             "training seed; the analysis resamples the seeds: expected at "
+                             "least 2 (5 for a verdict a referee trusts)")  # fmt: skip
         for lv in self.levels or ():
             if not (isinstance(lv, (int, float)) and math.isfinite(lv) and lv > 0):
                 raise ValueError(f"level {lv!r} is not a loss; expected a positive number")
@@ -164,8 +178,11 @@ class RobustnessConfig:
         )
 
     def seconds(self, vocab_size: int, jobs: int) -> float:
-        """An estimate of the whole study on ``jobs`` workers: each model's training (3 x a
-        forward's flops a step) and its studies at every kept checkpoint."""
+        """An estimate of the whole study on ``jobs`` workers: their start-up
+        (:data:`WORKER_START_S`, in parallel), then each model's fixed cost
+        (:data:`MODEL_S`), its training (3 x a forward's flops a step, and a per-block
+        overhead) and its studies at every kept checkpoint, shared among the workers.
+        Within a factor of 2 of the measured time: ``benchmarks/bench_estimates.py``."""
         total = 0.0
         paths, lesion = self.studies()
         for _, c, _ in self.cells("."):
@@ -173,9 +190,9 @@ class RobustnessConfig:
             B, T, C, L, V = c.batch_size, c.block_size, c.n_embd, c.n_layer, vocab_size
             step = 3 * (L * (24 * B * T * C * C + 4 * B * T * T * C) + 2 * B * T * C * V)
             kept = c.max_iters // c.keep_every + 2
-            total += c.max_iters * (step / FLOPS_PER_S + 2e-3 * L)
+            total += MODEL_S + c.max_iters * (step / FLOPS_PER_S + 2e-3 * L)
             total += paths.cost(g, kept).seconds + lesion.cost(g, kept).seconds
-        return total / max(jobs, 1)
+        return WORKER_START_S + total / max(jobs, 1)
 
 
 def validation_text(text: str) -> str:
@@ -255,25 +272,36 @@ def run_cells(cfg: RobustnessConfig, out_dir: str, *, jobs: int | None = None,
     """Every model of ``cfg`` trained into ``out_dir/runs`` and read at every kept checkpoint,
     as rows (:data:`ROW_FIELDS`), in the cells' order. A model finished before, with the
     same settings and text, is not trained or read again (its rows are in the grid's
-    sidecar); one trained before with other settings is refused, as is a study estimated
-    over ``budget`` seconds, before any model trains.
+    sidecar, each row checked against the checkpoint it was read on); one trained before
+    with other settings is refused, as are a study estimated over ``budget`` seconds, a text
+    of one character and an out-dir holding files no study wrote, before any model trains.
+    One study at a time writes ``out_dir`` (its lock); one refused before a model finished
+    leaves no out-dir behind.
 
     Raises
     ------
     ValueError
     """
-    from resgrad.lab.experiments.grid import check_backend
+    from resgrad.formats.lock import lock_dir, new_dir_or_nothing
+    from resgrad.lab.experiments.grid import check_backend, sidecar_is_empty
     from resgrad.train.data import load_corpus
 
+    side = sidecar_path(os.path.join(out_dir, "checkpoints.csv"))
+    _check_out_dir(out_dir, side)
     corpus = load_corpus(cfg.data, cfg.block_size)
-    start = math.log(corpus.tokenizer.vocab_size)  # about every model's loss at initialization
+    V = corpus.tokenizer.vocab_size
+    if V < 2:  # ln V = 0: every model starts at its floor, no level lies below
+        raise ValueError(f"--data {corpus.source!r} has {V} distinct character; a model of it "
+                         "starts at loss ln V = 0 and has nothing to learn: expected a text "
+                         "of at least 2 distinct characters")  # fmt: skip
+    start = math.log(V)  # about every model's loss at initialization
     for lv in cfg.levels or ():
         if lv >= start:
             raise ValueError(f"level {lv:g} is above the loss every model starts near, ln V = "
                              f"{start:.3f}; expected a loss below it")  # fmt: skip
     cells = cfg.cells(out_dir)
     workers = check_backend(jobs, backend, scheduler, connect_timeout)
-    seconds = cfg.seconds(corpus.tokenizer.vocab_size, 1 if backend == "dask" else workers)
+    seconds = cfg.seconds(V, 1 if backend == "dask" else workers)
     refuse_over_budget(seconds, budget, f"this study ({len(cells)} models)",
                        f"{len(cells)} models of {cfg.max_iters} steps, each read at "
                        f"{cfg.max_iters // cfg.keep_every + 1} checkpoints",
@@ -283,18 +311,40 @@ def run_cells(cfg: RobustnessConfig, out_dir: str, *, jobs: int | None = None,
         last = os.path.join(c.out_dir, LAST)
         if os.path.exists(last):
             _check_same_cell(c, last, corpus)
-    os.makedirs(out_dir, exist_ok=True)  # after every refusal: a refused study writes nothing
-    # the text the studies read, so that a point can be read again with resgrad paths/lesion
-    atomic_write_text(os.path.join(out_dir, "validation.txt"), validation_text(corpus.text))
     studies = json.dumps(dataclasses.asdict(cfg.studies()[1]), sort_keys=True, default=str)
     keys = [cell_key(c, corpus.sha256) + studies for _, c, _ in cells]
     points = [(c, k, cfg, corpus.text) for _, c, k in cells]
-    side = sidecar_path(os.path.join(out_dir, "checkpoints.csv"))
-    grid = run_grid(list(zip(keys, points)), measure_cell, side, jobs=jobs, backend=backend,
-                    scheduler=scheduler, connect_timeout=connect_timeout, progress=progress,
-                    desc=f"robustness (about {format_seconds(seconds)})",
-                    threads=threads, check=_stale_rows(out_dir))  # fmt: skip
+    # a study refused before a model finished (no scheduler, Ctrl-C at once) leaves nothing
+    with (
+        new_dir_or_nothing(out_dir, disposable=sidecar_is_empty),
+        lock_dir(out_dir, "study directory"),
+    ):
+        grid = run_grid(list(zip(keys, points)), measure_cell, side, jobs=jobs,
+                        backend=backend, scheduler=scheduler, connect_timeout=connect_timeout,
+                        progress=progress, desc=f"robustness (about {format_seconds(seconds)})",
+                        threads=threads, check=_stale_rows(out_dir))  # fmt: skip
+        # the text the studies read, so that a point can be read again with resgrad paths
+        atomic_write_text(os.path.join(out_dir, "validation.txt"), validation_text(corpus.text))
     return [r for k in keys for r in grid.done[k]]
+
+
+# what a study writes in its out-dir; found there without its cache, a study did not write them
+STUDY_FILES = ("validation.txt", "checkpoints.csv", "runs")
+
+
+def _check_out_dir(out_dir: str, side: str) -> None:
+    """Refuse, before any work, an out-dir that is a file, or that holds files of a study's
+    names (:data:`STUDY_FILES`) without the study's cache beside them: this command did not
+    write them, and would replace them."""
+    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+        raise NotADirectoryError(f"--out-dir {out_dir!r} is a file; expected a directory (or "
+                                 "a new name)")  # fmt: skip
+    if os.path.isdir(out_dir) and not os.path.exists(side):
+        theirs = [n for n in STUDY_FILES if os.path.exists(os.path.join(out_dir, n))]
+        if theirs:
+            raise ValueError(f"--out-dir {out_dir!r} holds {', '.join(theirs)}, which no study "
+                             f"wrote there (it has no {os.path.basename(side)}); choose another "
+                             "--out-dir, or move them")  # fmt: skip
 
 
 def trajectories(rows: Sequence[dict], out_dir: str = ".") -> list[Trajectory]:

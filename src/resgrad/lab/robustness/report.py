@@ -39,8 +39,19 @@ def describe(cfg: RobustnessConfig, models: int) -> str:
 def read_again(cfg: RobustnessConfig, text: str) -> str:
     """The flags that read one checkpoint again as the study read it: ``resgrad paths CKPT``
     and ``resgrad lesion CKPT`` followed by these."""
-    seeds = ",".join(str(s) for s in cfg.window_seeds)
+    seeds = seeds_flag(cfg.window_seeds)
     return f"--text {text} --seq {cfg.block_size} --batch {cfg.windows} --seeds {seeds}"
+
+
+def seeds_flag(seeds: Sequence[int]) -> str:
+    """``--seeds`` for ``seeds``, as the parser reads it back: a count K where they are
+    0..K-1; else the list, a lone seed s as the range ``s-s`` (a lone number is a count)."""
+    seeds = tuple(int(s) for s in seeds)
+    if seeds == tuple(range(len(seeds))):
+        return str(len(seeds))
+    if len(seeds) == 1:
+        return f"{seeds[0]}-{seeds[0]}"
+    return ",".join(map(str, seeds))
 
 
 def _nearest(r: LevelResult) -> str:

@@ -33,10 +33,14 @@ PROGRESS_AFTER_S = 3.0  # work estimated longer than this shows a progress bar o
 
 # seconds of one branch VJP: a fixed cost of Python and NumPy calls, plus its float64 flops
 # at FLOPS_PER_S (measured on one core: 1e-4 s at C=16, 2e-3 s at C=64 T=64 B=4, 2e-2 s at
-# C=256; the lesson's C=16 tanh layer 1.5e-5 s). An order of magnitude, not a prediction.
+# C=256; the lesson's C=16 tanh layer 1.5e-5 s); a float32 forward's at FLOAT32_FLOPS_PER_S.
+# Held within a factor of 2 of the measured time by benchmarks/bench_estimates.py (on one
+# BLAS thread, 2026-12-07, AMD EPYC AVX-512: paths 0.9-1.4x of its estimate from C=16 to
+# C=256, the lesion study 0.5-0.9x).
 GPT_VJP_OVERHEAD_S = 1e-4
 LESSON_VJP_OVERHEAD_S = 2e-5
-FLOPS_PER_S = 2e10
+FLOPS_PER_S = 3e10
+FLOAT32_FLOPS_PER_S = 6e10
 
 
 class Work(NamedTuple):
