@@ -74,7 +74,8 @@ def readme_commands(root: pathlib.Path = ROOT) -> list[list[str]]:
 
 def _repository_state(root: pathlib.Path) -> dict[str, tuple[int, int]]:
     """Every file of the checkout (not .git, caches or builds) with its size and mtime."""
-    skip = {".git", "__pycache__", "_build", "generated", "node_modules"}
+    # build outputs git ignores: the docs, the API pages, mutmut's copy of the tree
+    skip = {".git", "__pycache__", "_build", "generated", "node_modules", "mutants"}
     state = {}
     for d, dirs, files in os.walk(root):
         dirs[:] = [x for x in dirs if x not in skip and not x.startswith(".")

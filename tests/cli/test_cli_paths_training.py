@@ -5,6 +5,7 @@ import csv
 import io
 import json
 import math
+import os
 import shutil
 
 import pytest
@@ -235,3 +236,19 @@ def test_a_kept_checkpoint_copied_over_another_is_refused_by_name(run, tmp_path,
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "ckpt-3.ckpt' is named for iteration 3 but its iteration " \
         "field is 6" in err
+
+
+def test_a_checkpoint_of_another_run_of_the_same_shape_is_refused_by_name(run, tmp_path, capsys):
+    out, text = run
+    other = str(tmp_path / "other")
+    assert main(["train", *FLAGS, "--keep-every", "3", "--data", text, "--out-dir", other,
+                 "--seed", "7"]) == 0  # fmt: skip
+    mixed = tmp_path / "mixed"
+    shutil.copytree(out, mixed)
+    shutil.copy(os.path.join(other, "ckpt-3.ckpt"), mixed / "ckpt-3.ckpt")  # one shape, text
+    capsys.readouterr()
+    assert main(["paths", str(mixed), "--every-checkpoint", "--text", text, "--seq", "8",
+                 "--batch", "2", "--seeds", "1"]) == 2  # fmt: skip
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "ckpt-3.ckpt' belongs to another run" in err
+    assert "seed 1337 against 7" in err

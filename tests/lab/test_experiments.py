@@ -17,6 +17,7 @@ from resgrad.formats.checkpoint import load_checkpoint
 from resgrad.formats.sealed import seal
 from resgrad.lab.experiments import ExperimentConfig, run_experiment, summarize
 from resgrad.lab.experiments import experiment as E
+from resgrad.train.config import TrainConfig
 from resgrad.train.dynamics import read_dynamics
 from tests.listings import list_backwards
 
@@ -456,3 +457,21 @@ def test_the_cells_order_is_variant_depth_lr_warmup_seed_as_given():
     cells = cfg.cells("out")
     assert [(c.variant, c.n_layer, c.lr, c.warmup_iters, c.seed) for _, c in cells] == want
     assert [n for n, _ in cells][:2] == ["post-ln_L3_lr0.002_w5_s7", "post-ln_L3_lr0.002_w5_s1"]
+
+
+def test_a_cells_damage_is_said_on_stderr_though_its_log_is_silent(tmp_path, capfd):
+    # an experiment trains its cells with their logs silenced: what a resume finds damaged
+    # still reaches the user, naming the cell's run
+    text = tmp_path / "t.txt"
+    text.write_text("the residual stream carries the gradient past every block. " * 40)
+    cfg = TrainConfig(n_layer=1, n_head=2, n_embd=16, block_size=8, batch_size=4,
+                      max_iters=8, eval_interval=4, eval_iters=1, data=str(text),
+                      out_dir=str(tmp_path / "cell"))  # fmt: skip
+    E.run_cell(cfg)
+    dyn = os.path.join(cfg.out_dir, "dynamics.bin")
+    data = open(dyn, "rb").read()
+    open(dyn, "wb").write(data[: len(data) - 5])  # a record cut short
+    capfd.readouterr()
+    E.run_cell(dataclasses.replace(cfg, max_iters=12))
+    err = capfd.readouterr().err
+    assert f"{cfg.out_dir}: " in err and "dynamics.bin" in err

@@ -20,7 +20,7 @@ import pytest
 from threadpoolctl import threadpool_limits
 
 from resgrad.perf.threads import blas_threads
-from resgrad.train import loop
+from resgrad.train import bits, loop
 from resgrad.train.bits import counts_agree, probe_counts, step_counts_agree
 from resgrad.train.config import TrainConfig
 from resgrad.train.loop import train
@@ -168,8 +168,8 @@ class Schedule:
 
 
 def test_a_step_that_depends_on_the_count_stops_the_follower(tmp_path, text_file, monkeypatch):
-    monkeypatch.setattr(loop, "step_counts_agree", lambda *a, **k: False)
-    monkeypatch.setattr(loop, "usable_cores", lambda: 2)
+    monkeypatch.setattr(bits, "step_counts_agree", lambda *a, **k: False)
+    monkeypatch.setattr(bits, "usable_cores", lambda: 2)
     said, follow, counts = [], Schedule(1, 1, 1, 1, 1, 1), []
     step = loop.train_step
     monkeypatch.setattr(loop, "train_step", lambda *a, **k: counts.append(blas_threads())
@@ -186,7 +186,7 @@ def test_a_step_that_depends_on_the_count_stops_the_follower(tmp_path, text_file
 
 
 def test_a_step_that_does_not_depend_on_the_count_lets_it_follow(tmp_path, text_file, monkeypatch):
-    monkeypatch.setattr(loop, "step_counts_agree", lambda *a, **k: True)
+    monkeypatch.setattr(bits, "step_counts_agree", lambda *a, **k: True)
     said, follow = [], Schedule(1, 2, 1, 2, 1, 2)
     cfg = TrainConfig(**TINY, data=text_file, out_dir=str(tmp_path / "run"))
     with threadpool_limits(2):
@@ -196,8 +196,8 @@ def test_a_step_that_does_not_depend_on_the_count_lets_it_follow(tmp_path, text_
 
 def test_the_gate_probes_the_runs_own_counts_and_shards(tmp_path, text_file, monkeypatch):
     asked = []
-    monkeypatch.setattr(loop, "usable_cores", lambda: 3)
-    monkeypatch.setattr(loop, "step_counts_agree",
+    monkeypatch.setattr(bits, "usable_cores", lambda: 3)
+    monkeypatch.setattr(bits, "step_counts_agree",
                         lambda model, x, y, shards, counts: asked.append(
                             (x.shape, shards, counts)) or True)  # fmt: skip
     cfg = TrainConfig(**TINY, data=text_file, out_dir=str(tmp_path / "run"), shards=2)

@@ -17,12 +17,19 @@ import os
 from collections.abc import Callable, Sequence
 
 import numpy as np
-from threadpoolctl import threadpool_limits
+from threadpoolctl import ThreadpoolController
 
 from resgrad.nn.model import GPT
 from resgrad.train.shards import Shards
 
-__all__ = ["MAX_PROBED", "counts_agree", "probe_counts", "step_counts_agree", "usable_cores"]
+__all__ = [
+    "MAX_PROBED",
+    "counts_agree",
+    "may_follow_load",
+    "probe_counts",
+    "step_counts_agree",
+    "usable_cores",
+]
 
 MAX_PROBED = 8  # every count up to this one is probed; above it, half and all the cores
 
@@ -46,9 +53,9 @@ def probe_counts(usable: int) -> tuple[int, ...]:
 def counts_agree(fn: Callable[[], Sequence[np.ndarray]], counts: Sequence[int]) -> bool:
     """Whether ``fn()`` gives the same arrays, bit for bit, on every BLAS thread count of
     ``counts`` (each run under threadpoolctl's limit, the count before restored)."""
-    first = None
+    first, blas = None, ThreadpoolController()  # found once: a search of the loaded libraries
     for n in counts:
-        with threadpool_limits(limits=n, user_api="blas"):
+        with blas.limit(limits=n, user_api="blas"):
             got = [np.array(a, copy=True) for a in fn()]
         if first is None:
             first = got
@@ -78,3 +85,22 @@ def step_counts_agree(
         return [np.float64(p.loss), *p.grads.values(), np.array(p.stream_norms)]
 
     return counts_agree(step, counts)
+
+
+def may_follow_load(
+    model: GPT, x: np.ndarray, y: np.ndarray, shards: int, set_count: Callable[[int], object],
+    warn: Callable[[str], None],
+) -> bool:  # fmt: skip
+    """Whether a run may let the load move its thread count: its step on the batch ``x``,
+    ``y`` (B, T) gives the same bits on every count it could choose
+    (:func:`step_counts_agree` at :func:`probe_counts` of the usable cores). If not, the run
+    is set (``set_count``) to one thread per usable core for good, whatever the load, and
+    ``warn`` is told once."""
+    counts = probe_counts(usable_cores())  # (1, ..., cores)
+    if step_counts_agree(model, x, y, shards, counts):
+        return True
+    set_count(counts[-1])
+    warn(f"threads: this BLAS gives this model's step other bits on another thread count, so "
+         f"the run stays on {counts[-1]} thread(s) whatever the load, and its numbers do not "
+         "depend on it (--threads N sets the count)")  # fmt: skip
+    return False

@@ -64,7 +64,7 @@ from resgrad.formats.checkpoint import (
 )
 from resgrad.nn.model import GPT, GPTConfig, per_block_norms
 from resgrad.plots import render_loss_plot
-from resgrad.train.bits import probe_counts, step_counts_agree, usable_cores
+from resgrad.train.bits import may_follow_load
 from resgrad.train.bpe import tokenizer_from_record, tokenizer_record
 from resgrad.train.config import TrainConfig, check_matches_checkpoint
 from resgrad.train.data import Corpus, get_batch, load_corpus, unigram_entropy
@@ -82,6 +82,7 @@ from resgrad.train.rundir import (
     METRICS,
     PLOT,
     TOKENIZER,
+    foreign_files,
     holding_out_dir,
     kept_checkpoints,
     kept_name,
@@ -266,8 +267,7 @@ def _start_run(cfg: TrainConfig, last_path: str, fits=None) -> _Run:
                 f"{out_dir!r} already holds a run ({LAST if not kept else kept_name(kept[0][0])});"
                 " pass --resume to continue it or choose another --out-dir"
             )
-        mine = (METRICS, PLOT, BEST)  # what a run writes that a user might keep of their own
-        theirs = [n for n in mine if _nonempty(os.path.join(out_dir, n))]
+        theirs = foreign_files(out_dir)
         if theirs:  # not a run's (it has no checkpoint): a fresh run would replace them
             raise ValueError(f"--out-dir {out_dir!r} holds {', '.join(theirs)}, which no run "
                              f"wrote there (it has no {LAST}); choose another --out-dir, or "
@@ -329,10 +329,6 @@ def _start_run(cfg: TrainConfig, last_path: str, fits=None) -> _Run:
         records=records,
         repaired=repaired,
     )
-
-
-def _nonempty(path: str) -> bool:
-    return os.path.isfile(path) and os.path.getsize(path) > 0
 
 
 def _fresh_model(cfg: TrainConfig, fits=None) -> tuple[Corpus, GPT]:
@@ -446,23 +442,6 @@ def _check_threads(threads) -> None:
         return
     if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
         raise ValueError(f"threads must be None, an integer >= 1 or a callable, got {threads!r}")
-
-
-def _follow_keeps_bits(model: GPT, corpus: Corpus, cfg: TrainConfig, blas: _BlasThreads,
-                       warn: Callable[[str], None]) -> bool:  # fmt: skip
-    """Whether a run may follow the load: this model's step gives the same bits on every
-    count the follower could choose (:func:`~resgrad.train.bits.step_counts_agree`, on
-    a batch of its own generator). If not, the run is set to one thread per usable core
-    for good, whatever the load, and ``warn`` is told once."""
-    counts = probe_counts(usable_cores())  # (1, ..., cores)
-    x, y = get_batch(corpus.train, cfg.block_size, cfg.batch_size, np.random.default_rng(0))
-    if step_counts_agree(model, x, y, cfg.shards, counts):
-        return True
-    blas.set(counts[-1])
-    warn(f"threads: this BLAS gives this model's step other bits on another thread count, so "
-         f"the run stays on {counts[-1]} thread(s) whatever the load, and its numbers do not "
-         "depend on it (--threads N sets the count)")  # fmt: skip
-    return False
 
 
 def _count_from(follow: Callable[[float], int], seconds: float) -> int:
@@ -624,8 +603,10 @@ def _train(
     if isinstance(threads, int):
         blas.set(threads)
     follow = threads if callable(threads) else None
-    if follow is not None and not _follow_keeps_bits(model, corpus, cfg, blas, warn):
-        follow = None  # the count the gate set, for the whole run
+    if follow is not None:  # the load may move the count only where it changes no bit
+        x, y = get_batch(corpus.train, cfg.block_size, cfg.batch_size, np.random.default_rng(0))
+        if not may_follow_load(model, x, y, cfg.shards, blas.set, warn):
+            follow = None  # the count the gate set, for the whole run
     shards = Shards(cfg.shards)  # its threads stop in the finally below; reads blas's count
     last_eval: dict | None = None
     last_norm: float | None = None

@@ -39,6 +39,7 @@ __all__ = [
     "PLOT",
     "TOKENIZER",
     "check_kept",
+    "foreign_files",
     "holding_out_dir",
     "identity_difference",
     "kept_checkpoints",
@@ -140,6 +141,38 @@ def _missing_steps(records: list[dict], upto: int) -> str:
             gaps.append(f"{start}..{it - 1}" if it - 1 > start else str(start))
             start = None
     return ", ".join(gaps)
+
+
+def _started_here(out_dir: str) -> bool:
+    """Whether a run started in ``out_dir``: it holds the dynamics header ``train`` writes
+    before anything else (a run killed before its first checkpoint leaves it)."""
+    from resgrad.train.dynamics import DYNAMICS_HEADER, FORMAT
+
+    try:
+        with open(os.path.join(out_dir, DYNAMICS_HEADER), encoding="utf-8") as f:
+            return json.load(f).get("format") == FORMAT
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def foreign_files(out_dir: str | os.PathLike) -> list[str]:
+    """The files of ``out_dir`` that a fresh run would replace and no run wrote (the caller
+    has found no checkpoint there): where no run started there (:func:`_started_here`),
+    ``loss.png``, ``best.ckpt``, and a ``metrics.jsonl`` with a line that is not one of
+    resgrad's records. Empty files hold nothing to lose and are not named."""
+    out_dir = os.fspath(out_dir)
+    if _started_here(out_dir):  # a run killed before its first checkpoint: its own files
+        return []
+    out = []
+    for name in (METRICS, PLOT, "best.ckpt"):
+        path = os.path.join(out_dir, name)
+        if not os.path.isfile(path) or os.path.getsize(path) == 0:
+            continue
+        problems: list[str] = []
+        if name == METRICS and (read_metrics(out_dir, problems=problems) and not problems):
+            continue  # resgrad's records, every line: a run's log
+        out.append(name)
+    return out
 
 
 def holding_out_dir(*names: str):
