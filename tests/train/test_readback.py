@@ -142,3 +142,19 @@ def test_a_fresh_run_never_replaces_a_file_it_did_not_write(tmp_path, text_file,
     assert (out / name).read_text(encoding="utf-8") == "my own"
     (out / name).write_text("", encoding="utf-8")  # an empty file holds nothing to lose
     train(_cfg(tmp_path, text_file, "mine"), progress=False, log=lambda s: None)
+
+
+def test_a_setting_newer_than_a_checkpoint_is_what_the_code_then_did(run):
+    # a checkpoint written before a setting existed is of the same run as one that records
+    # the setting at the value the code then used; at another value it is another run
+    ckpt = load_checkpoint(os.path.join(run.out_dir, "last.ckpt"))
+    me, saved = run_identity(ckpt), ckpt.config["train"]
+    assert saved["activation"] == "gelu_tanh" and saved["shards"] == 2  # this run's
+
+    def without(name):
+        old = load_checkpoint(os.path.join(run.out_dir, "last.ckpt"))
+        old.config = {**old.config, "train": {k: v for k, v in saved.items() if k != name}}
+        return run_identity(old)
+
+    assert identity_difference(me, without("activation")) is None  # gelu_tanh, as then
+    assert identity_difference(me, without("shards")) == "shards 2 against 1"  # unsharded then

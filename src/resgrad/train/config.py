@@ -31,6 +31,7 @@ __all__ = [
     "TrainConfig",
     "check_matches_checkpoint",
     "check_resumable",
+    "recorded_settings",
     "resume_config",
 ]
 
@@ -238,6 +239,14 @@ def check_resumable(cfg: TrainConfig) -> None:
     check_matches_checkpoint(cfg, load_checkpoint(path).config.get("train", {}), path)
 
 
+def recorded_settings(saved: dict) -> dict:
+    """Every ``TrainConfig`` setting a checkpoint's ``"train"`` config ``saved`` stands for:
+    what it records, and for a setting newer than it, what the code then did (the field's
+    default, or :data:`_BEFORE_RECORDED`'s where that default has changed since)."""
+    defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig)} | _BEFORE_RECORDED
+    return {k: saved.get(k, v) for k, v in defaults.items()}
+
+
 def check_matches_checkpoint(
     cfg: TrainConfig, saved: dict, path: str, may_change: Sequence[str] = RESUMABLE
 ) -> None:
@@ -249,10 +258,9 @@ def check_matches_checkpoint(
 def _refuse_changes(
     values: dict, saved: dict, path: str, may_change: tuple[str, ...] = RESUMABLE
 ) -> None:
-    # a setting the checkpoint does not record is newer than it: see _BEFORE_RECORDED
-    defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig)} | _BEFORE_RECORDED
+    recorded = recorded_settings(saved)  # a setting it does not record: _BEFORE_RECORDED
     for k, v in values.items():
-        was = saved.get(k, defaults[k])
+        was = recorded[k]
         if k not in may_change and was != v:
             why = f" (only {', '.join(RESUMABLE[:3])} may change on resume)"
             raise ValueError(

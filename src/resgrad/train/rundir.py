@@ -31,7 +31,7 @@ from resgrad.formats.atomic import remove_stale_temporaries
 from resgrad.formats.checkpoint import LAST, Checkpoint, load_checkpoint
 from resgrad.formats.lock import lock_dir, new_dir_or_nothing
 from resgrad.formats.sealed import canonical
-from resgrad.train.config import RESUMABLE
+from resgrad.train.config import RESUMABLE, recorded_settings
 from resgrad.train.data import check_text_file
 
 __all__ = [
@@ -213,9 +213,10 @@ def run_identity(ckpt: Checkpoint) -> dict | None:
     rest of :data:`~resgrad.train.config.RESUMABLE`), its model's config, and the SHA-256
     of the text it trained on. Two runs with one identity are one run (a copy). None for a
     checkpoint that records no training settings or text (not written by ``train``)."""
-    train = ckpt.config.get("train") or {}
-    if not train or not ckpt.extra.get("data_sha256"):
+    saved = ckpt.config.get("train") or {}
+    if not saved or not ckpt.extra.get("data_sha256"):
         return None
+    train = recorded_settings(saved)  # a setting newer than the checkpoint: what it did then
     return {
         "train": {k: v for k, v in sorted(train.items()) if k not in RESUMABLE},
         "model": ckpt.config.get("model"),
