@@ -146,3 +146,22 @@ def test_a_checkpoint_of_another_run_of_the_same_shape_is_found(copy, capsys):
     again, err = _rerun(out, capsys)
     assert again == rows
     assert "belongs to another run" in err and "seed 1 against 2" in err
+
+
+def test_a_model_that_diverged_is_read_as_far_as_it_went(tmp_path, monkeypatch):
+    # a model whose loss goes non-finite stops early: it is read at the checkpoints it kept
+    from resgrad.lab.robustness import experiment as RX
+
+    cfg = RobustnessConfig.quick(schemes=("pre-ln",), doses=(0.0,), seeds=(0, 1),
+                                 max_iters=30, keep_every=10)  # fmt: skip
+    real = RX.run_cell
+
+    def diverges_after_ten(c):
+        import dataclasses
+
+        row = real(dataclasses.replace(c, max_iters=10))[0]  # it kept 0 and 10, then stopped
+        return [{**row, "diverged": True}]
+
+    monkeypatch.setattr(RX, "run_cell", diverges_after_ten)
+    rows = run_cells(cfg, str(tmp_path / "study"), jobs=1, progress=False)
+    assert sorted({r["iteration"] for r in rows}) == [0, 10] and len(rows) == 4
