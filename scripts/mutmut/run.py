@@ -141,7 +141,9 @@ def report(modules: list[str], equivalent: dict[str, tuple[str, str]]) -> int:
         killed = equiv = 0
         for name, code in sorted(data.exit_code_by_key.items()):
             status = status_by_exit_code[code]
-            if status in ("killed", "timeout", "segfault"):  # a mutant that hangs fails
+            # a mutant whose tests fail, hang, or whose test process dies of a signal (one
+            # that signals the pid it is given kills the test run itself) is caught
+            if status in ("killed", "timeout", "segfault") or (code is not None and code < 0):
                 killed += 1
                 continue
             diff = get_diff_for_mutant(name, path=data.path)
