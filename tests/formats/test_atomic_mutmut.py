@@ -22,29 +22,13 @@ from resgrad.formats.atomic import (
     remove_stale_temporaries,
     staged_dir,
 )
+from tests.formats.test_atomic import _record_calls as _fsyncs
 
 
 def _dead_pid() -> int:
     p = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                        capture_output=True, text=True, check=True)  # fmt: skip
     return int(p.stdout)
-
-
-def _fsyncs(monkeypatch) -> list:
-    """Log every fsync (by the path of its descriptor) and every os.replace, in order."""
-    events, real_fsync, real_replace = [], os.fsync, os.replace
-
-    def fsync(fd):
-        events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
-        real_fsync(fd)
-
-    def replace(src, dst):
-        events.append(("replace", os.fspath(src), os.fspath(dst)))
-        real_replace(src, dst)
-
-    monkeypatch.setattr(os, "fsync", fsync)
-    monkeypatch.setattr(os, "replace", replace)
-    return events
 
 
 # -- a directory written whole: synced deepest first, all before the rename

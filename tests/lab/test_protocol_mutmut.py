@@ -23,6 +23,7 @@ from resgrad.lab.study.protocol import (
     run_names,
 )
 from resgrad.lab.study.runs import RunModel
+from tests.kept_runs import TEXT, train_runs
 
 # -- runs and sources given twice, names in a table
 
@@ -105,27 +106,10 @@ def test_no_run_no_common_iteration_or_unlike_runs_are_refused():
 # -- a study followed through real runs
 
 
-TEXT = "the quick brown fox jumps over the lazy dog. " * 40
-TINY = dict(n_layer=1, n_head=2, n_embd=16, block_size=8, batch_size=4, warmup_iters=2,
-            lr_decay_iters=12, lr=3e-3, eval_interval=2, eval_iters=1, max_iters=4,
-            keep_every=2)  # fmt: skip
-
-
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """Two runs of one model on one text, seeds 1 and 2, each keeping ckpt-0, -2 and -4."""
-    from resgrad.train import loop
-    from resgrad.train.config import TrainConfig
-
-    root = tmp_path_factory.mktemp("runs")
-    data = root / "data.txt"
-    data.write_text(TEXT, encoding="utf-8")
-    with pytest.MonkeyPatch.context() as mp:  # no loss plot: most of a run's second
-        mp.setattr(loop, "render_loss_plot", lambda *a, **k: b"", raising=False)
-        for seed in (1, 2):
-            cfg = TrainConfig(**TINY, seed=seed, data=str(data), out_dir=str(root / f"s{seed}"))
-            loop.train(cfg, progress=False, log=lambda s: None)
-    return [str(root / "s1"), str(root / "s2")]
+    return train_runs(tmp_path_factory.mktemp("runs"))
 
 
 class Recorder:

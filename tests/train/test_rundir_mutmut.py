@@ -18,9 +18,7 @@ import sys
 import pytest
 
 from resgrad.formats.checkpoint import LAST, load_checkpoint, save_checkpoint
-from resgrad.train import loop
 from resgrad.train.config import RESUMABLE, TrainConfig
-from resgrad.train.loop import train
 from resgrad.train.rundir import (
     check_kept,
     holding_out_dir,
@@ -34,6 +32,7 @@ from resgrad.train.rundir import (
     run_identity,
     run_problems,
 )
+from tests.kept_runs import TINY, train_runs
 
 EV = {"train_loss": 2.0, "val_loss": 2.1}
 
@@ -160,21 +159,13 @@ def test_kept_name_is_what_kept_checkpoints_reads(tmp_path):
 
 # -- a real run, to check and to damage
 
-TINY = dict(n_layer=1, n_head=2, n_embd=16, block_size=8, batch_size=4, warmup_iters=2,
-            lr_decay_iters=12, lr=3e-3, eval_interval=3, eval_iters=1, max_iters=7,
-            keep_every=2)  # fmt: skip
-
-
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    root = tmp_path_factory.mktemp("rundir")
-    text = root / "data.txt"
-    text.write_text("the quick brown fox jumps over the lazy dog. " * 40, encoding="utf-8")
-    cfg = TrainConfig(**TINY, data=str(text), out_dir=str(root / "run"))
-    with pytest.MonkeyPatch.context() as mp:  # no loss plot: most of the run's second
-        mp.setattr(loop, "render_loss_plot", lambda *a, **k: b"", raising=False)
-        train(cfg, progress=False, log=lambda s: None)
-    return cfg
+    """A run of 7 steps keeping ckpt-0, -2, -4, -6 and -7 (its config: ``out_dir``, ...)."""
+
+    (out,) = train_runs(tmp_path_factory.mktemp("rundir"), seeds=(1337,), max_iters=7,
+                        eval_interval=3)  # fmt: skip
+    return TrainConfig(**{**TINY, "max_iters": 7, "eval_interval": 3}, seed=1337, out_dir=out)
 
 
 @pytest.fixture
