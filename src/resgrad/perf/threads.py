@@ -191,7 +191,8 @@ def _probe_products() -> list[np.ndarray]:
 @functools.cache
 def sums_depend_on_count(usable: int | None = None) -> bool:
     """Whether this process's BLAS gives other bits on another thread count: the products of
-    :data:`PROBE_SHAPES` at every count of :func:`probe_counts` compared (a few ms, once)."""
+    :data:`PROBE_SHAPES` at every count of :func:`probe_counts` compared (once per process:
+    65-130 ms on an idle 2-core machine, most of it the BLAS's first calls on each count)."""
     usable = usable_cores() if usable is None else usable
     return not counts_agree(_probe_products, probe_counts(usable))
 
