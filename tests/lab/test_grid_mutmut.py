@@ -99,6 +99,7 @@ def test_the_file_is_read_as_utf8_whatever_the_locale(tmp_path):
     # covers the content, not the escaping
     line = json.dumps(seal({"key": "naïve résumé", "rows": ROWS["a"]}), ensure_ascii=False)
     _write(side, [line])
+    assert list(_load(side)[0]) == ["naïve résumé"]  # here (the test is the function's too)
     code = ("import sys; from resgrad.lab.experiments.grid import _load_sidecar; "
             "print(list(_load_sidecar(sys.argv[1], print, None)))")  # fmt: skip
     env = {**os.environ, "LC_ALL": "C", "LANG": "C", "PYTHONCOERCECLOCALE": "0",

@@ -21,6 +21,7 @@ from resgrad.formats.checkpoint import LAST, load_checkpoint, save_checkpoint
 from resgrad.train.config import RESUMABLE, TrainConfig
 from resgrad.train.rundir import (
     check_kept,
+    foreign_files,
     holding_out_dir,
     identity_difference,
     kept_checkpoints,
@@ -158,6 +159,7 @@ def test_kept_name_is_what_kept_checkpoints_reads(tmp_path):
 
 
 # -- a real run, to check and to damage
+
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
@@ -367,3 +369,61 @@ def test_iterations_the_schedule_keeps_up_to_last_s_and_nothing_kept_are_said(ru
     assert run_problems(run, [0, 2, 4, 6, 7, 8]) == [
         f"{run!r} kept no checkpoint at iteration(s) 2, 7, which its schedule keeps"
     ]
+
+
+# -- files a fresh run would replace: only what no run wrote is named
+
+
+def _files(d, **files):
+    for name, data in files.items():
+        (d / name.replace("_", ".")).write_bytes(data if isinstance(data, bytes) else data.encode())
+
+
+RECORD = json.dumps({"kind": "iter", "iter": 0, "loss": 2.5}) + "\n"
+
+
+def test_foreign_files_names_each_kind_of_file_no_run_wrote(tmp_path):
+    assert foreign_files(tmp_path) == []
+    _files(tmp_path, metrics_jsonl="my own notes\n", loss_png="x", best_ckpt="y")
+    assert foreign_files(tmp_path) == ["metrics.jsonl", "loss.png", "best.ckpt"]
+
+
+def test_empty_files_and_a_runs_own_log_are_not_named(tmp_path):
+    _files(tmp_path, metrics_jsonl="", loss_png="", best_ckpt="")  # nothing to lose
+    assert foreign_files(tmp_path) == []
+    _files(tmp_path, loss_png="x")  # one byte is something: the files after metrics are read
+    assert foreign_files(tmp_path) == ["loss.png"]
+    _files(tmp_path, metrics_jsonl=RECORD)  # resgrad's records, every line
+    assert foreign_files(tmp_path) == ["loss.png"]
+    _files(tmp_path, metrics_jsonl=RECORD + "a line of mine\n")
+    assert foreign_files(tmp_path) == ["metrics.jsonl", "loss.png"]
+
+
+@pytest.mark.parametrize("header, started", [
+    ({"format": "resgrad-dynamics"}, True),
+    ({"format": "something else"}, False),
+    ({"FORMAT": "resgrad-dynamics"}, False),
+    (["resgrad-dynamics"], False),
+    ("not json", False),
+])  # fmt: skip
+def test_a_directory_a_run_started_in_holds_only_its_files(tmp_path, header, started):
+    _files(tmp_path, metrics_jsonl="mine\n", loss_png="x")
+    body = header if isinstance(header, str) else json.dumps(header)
+    (tmp_path / "dynamics.json").write_text(body, encoding="utf-8")
+    assert foreign_files(tmp_path) == ([] if started else ["metrics.jsonl", "loss.png"])
+
+
+def test_the_dynamics_header_is_read_as_utf8_whatever_the_locale(tmp_path):
+    _files(tmp_path, loss_png="x")
+    header = {"format": "resgrad-dynamics", "config": {"data": "naïve.txt"}}
+    (tmp_path / "dynamics.json").write_text(json.dumps(header, ensure_ascii=False),
+                                            encoding="utf-8")  # fmt: skip
+    assert foreign_files(tmp_path) == []  # here (and so the test is the function's too)
+    code = ("import sys; from resgrad.train.rundir import foreign_files; "
+            "print(foreign_files(sys.argv[1]))")  # fmt: skip
+    env = {**os.environ, "LC_ALL": "C", "LANG": "C", "PYTHONCOERCECLOCALE": "0",
+           "PYTHONUTF8": "0"}  # fmt: skip
+    p = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True,
+                       text=True, env=env)  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "[]"  # a run started here: nothing is foreign

@@ -28,11 +28,13 @@ import re
 import sys
 
 from resgrad.formats.atomic import remove_stale_temporaries
-from resgrad.formats.checkpoint import LAST, Checkpoint, load_checkpoint
+from resgrad.formats.checkpoint import BEST, LAST, Checkpoint, load_checkpoint
 from resgrad.formats.lock import lock_dir, new_dir_or_nothing
 from resgrad.formats.sealed import canonical
 from resgrad.train.config import RESUMABLE, recorded_settings
 from resgrad.train.data import check_text_file
+from resgrad.train.dynamics import DYNAMICS_HEADER
+from resgrad.train.dynamics import FORMAT as DYNAMICS_FORMAT
 
 __all__ = [
     "METRICS",
@@ -146,11 +148,9 @@ def _missing_steps(records: list[dict], upto: int) -> str:
 def _started_here(out_dir: str) -> bool:
     """Whether a run started in ``out_dir``: it holds the dynamics header ``train`` writes
     before anything else (a run killed before its first checkpoint leaves it)."""
-    from resgrad.train.dynamics import DYNAMICS_HEADER, FORMAT
-
     try:
         with open(os.path.join(out_dir, DYNAMICS_HEADER), encoding="utf-8") as f:
-            return json.load(f).get("format") == FORMAT
+            return json.load(f).get("format") == DYNAMICS_FORMAT
     except (OSError, ValueError, AttributeError):
         return False
 
@@ -164,7 +164,7 @@ def foreign_files(out_dir: str | os.PathLike) -> list[str]:
     if _started_here(out_dir):  # a run killed before its first checkpoint: its own files
         return []
     out = []
-    for name in (METRICS, PLOT, "best.ckpt"):
+    for name in (METRICS, PLOT, BEST):
         path = os.path.join(out_dir, name)
         if not os.path.isfile(path) or os.path.getsize(path) == 0:
             continue

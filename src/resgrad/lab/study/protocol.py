@@ -24,9 +24,12 @@ Legend: R = runs, K = kept checkpoints of a run.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, Protocol
+
+import numpy as np
 
 from resgrad.lab.study.refusals import (
     NO_COMMON_ITERATION,
@@ -206,10 +209,6 @@ def common_steps(runs: Sequence[Sequence[Checkpoint]]) -> list[Step]:
 
 def _weights_digest(params) -> str:
     """The SHA-256 of a model's weights: every parameter's name, dtype, shape and bytes."""
-    import hashlib
-
-    import numpy as np
-
     h = hashlib.sha256()
     for k in sorted(params):
         v = np.ascontiguousarray(params[k])
