@@ -367,11 +367,11 @@ def test_threads_limits_blas_threads_during_the_command(monkeypatch, capsys):
 
 
 @pytest.mark.parametrize("cmd", ["lesson", "depth", "gradcheck", "check", "flow", "sweep", "train",
-                                 "sample", "depth-train", "bench", "experiment",
-                                 "claims"])  # fmt: skip
+                                 "sample", "depth-train", "bench", "experiment warmup",
+                                 "experiment robustness", "claims"])  # fmt: skip
 def test_every_computing_command_takes_threads(cmd):
-    assert "--threads" in resgrad(cmd, "--help").stdout
-    one_error_line(resgrad(cmd, "--threads", "0"), "--threads", "positive integer")
+    assert "--threads" in resgrad(*cmd.split(), "--help").stdout
+    one_error_line(resgrad(*cmd.split(), "--threads", "0"), "--threads", "positive integer")
 
 
 # -- 6: a malformed Dask address is one line, with no Client.__del__ hang after it

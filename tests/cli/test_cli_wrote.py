@@ -53,11 +53,19 @@ RUNS = {
 LINE = re.compile(r"wrote (?P<path>[^:(]+?)(?:: (?P<files>[^(]+?))?(?: \((?P<detail>.+)\))?")
 
 
+def _leaves(p: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    """``p`` itself, or the parsers of its subcommands (``experiment``'s NAMEs), all the way down."""
+    subs = [a for a in p._actions if isinstance(a, argparse._SubParsersAction)]
+    return [q for s in subs for c in s.choices.values() for q in _leaves(c)] if subs else [p]
+
+
 def _writing_commands() -> set[str]:
+    """Every command of which some form (``experiment NAME``) takes a writing flag."""
     parser = build_parser()
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     return {name for name, p in sub.choices.items()
-            if any(o in WRITING_FLAGS for a in p._actions for o in a.option_strings)}  # fmt: skip
+            if any(o in WRITING_FLAGS for q in _leaves(p) for a in q._actions
+                   for o in a.option_strings)}  # fmt: skip
 
 
 def _tree(root) -> set[str]:

@@ -85,14 +85,20 @@ def _quiet_stdout() -> None:
         os.close(devnull)
 
 
+def leaf(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
+    """The parser of the command ``args`` ran: ``experiment``'s NAME's, ``train``'s, ..."""
+    while subs := [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]:
+        parser = subs[0].choices[getattr(args, subs[0].dest)]
+    return parser
+
+
 def _refuse_empty(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Exit 2, in one line, on the first flag (or argument) given as an empty string.
 
     No resgrad value may be empty: an empty path would otherwise mean "no plot" or "the
     default directory" without a word, and an empty list or name is a slip of the shell.
     """
-    (sub,) = (a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    command = sub.choices[args.command]
+    command = leaf(parser, args)
     for action in command._actions:
         value = getattr(args, action.dest, None)
         if value == "" or (isinstance(value, list) and "" in value):
@@ -114,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     _refuse_empty(parser, args)
     switch = os.environ.get(kernels.ENV)
     if switch not in (None, "0", "1"):  # the compiled kernels' switch (resgrad.nn.kernels)
-        print(f"resgrad {args.command}: error: {kernels.ENV}={switch!r}; expected 0 (NumPy's "
+        print(f"{args.prog}: error: {kernels.ENV}={switch!r}; expected 0 (NumPy's "
               "passes, the reference) or 1 (the compiled kernels)", file=sys.stderr)  # fmt: skip
         return 2
     keep_freed_memory()  # the command owns the process: reuse NumPy's freed arrays (heap.py)
@@ -126,13 +132,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     except (ValueError, OSError) as e:  # after BrokenPipeError, one of the OSErrors
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
-        print(f"resgrad {args.command}: error: {msg}", file=sys.stderr)
+        print(f"{args.prog}: error: {msg}", file=sys.stderr)
         return 2
     except MemoryError as e:  # NotEnoughMemory (an estimate, before allocating) or the real one
         msg = str(e).splitlines()[0] if str(e) else "no detail given"
         if not isinstance(e, NotEnoughMemory):
             msg = f"out of memory ({msg}); choose smaller sizes"
-        print(f"resgrad {args.command}: error: {msg}", file=sys.stderr)
+        print(f"{args.prog}: error: {msg}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"resgrad {args.command}: interrupted", file=sys.stderr)

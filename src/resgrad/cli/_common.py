@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import math
 import os
 import re
@@ -16,11 +17,26 @@ from resgrad.train.loop import TrainingDiverged
 from resgrad.train.trackers import LOG_TO, LogConfig, check_log_dir, require
 
 
-class Parser(argparse.ArgumentParser):
-    """An ArgumentParser whose errors are one line on stderr and exit status 2.
+def nearest(word: str, choices) -> str | None:
+    """The choice closest to a misspelt ``word`` (difflib's ratio at least 0.6), or None."""
+    close = difflib.get_close_matches(word, [str(c) for c in choices], n=1)
+    return close[0] if close else None
 
-    Flags are matched whole (no abbreviations), so that :func:`typed` can tell which
-    flags were typed.
+
+def did_you_mean(word: str, choices) -> str:
+    """``"; did you mean 'X'?"`` naming the choice nearest ``word``, or ``""`` if none is."""
+    near = nearest(word, choices)
+    return f"; did you mean {near!r}?" if near is not None else ""
+
+
+class Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line on stderr and exit status 2, each
+    prefixed by the command's whole name (``resgrad experiment robustness: error:``).
+
+    A misspelt flag, subcommand or choice is named with the nearest valid one and a pointer
+    to the command's help. Flags are matched whole (no abbreviations), so that :func:`typed`
+    can tell which flags were typed. The command's name is left in the parsed namespace as
+    ``prog``, so that errors raised later carry the same prefix (:func:`resgrad.cli.main`).
     """
 
     def __init__(self, *args, **kwargs):
@@ -29,6 +45,34 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         print(f"{self.prog}: error: {message}", file=sys.stderr)
         sys.exit(2)
+
+    def _help_pointer(self, what: str) -> str:
+        return f"(`{self.prog} --help` lists the {what})"
+
+    def _check_value(self, action, value):
+        """A value outside ``choices``: named, with the nearest choice and the help."""
+        if action.choices is not None and value not in action.choices:
+            hint = did_you_mean(str(value), action.choices)
+            listed = (self._help_pointer("choices") if hint else
+                      f"(choose from {', '.join(map(repr, action.choices))})")  # fmt: skip
+            raise argparse.ArgumentError(action, f"invalid choice: {value!r}{hint} {listed}")
+
+    def parse_known_args(self, args=None, namespace=None):
+        """As argparse's, but a command (a parser without subcommands) refuses what it does
+        not know at once, in its own name: the first unknown flag and the nearest it has."""
+        namespace, extras = super().parse_known_args(args, namespace)
+        if any(isinstance(a, argparse._SubParsersAction) for a in self._actions):
+            return namespace, extras  # its command refused them (or there is none)
+        if extras:
+            first = extras[0]
+            if first.startswith("-"):
+                flag = first.split("=", 1)[0]
+                known = [o for a in self._actions for o in a.option_strings if o.startswith("--")]
+                self.error(f"unrecognized argument {flag}{did_you_mean(flag, known)} "
+                           f"{self._help_pointer('flags')}")  # fmt: skip
+            self.error(f"unrecognized argument {first!r} {self._help_pointer('arguments')}")
+        namespace.prog = self.prog
+        return namespace, extras
 
 
 def wrote(path: str | os.PathLike, detail: str = "", *, fmt: str = "table") -> None:
@@ -216,6 +260,7 @@ def name_list(choices: tuple[str, ...]):
             if p not in choices:
                 raise argparse.ArgumentTypeError(
                     f"unknown name {p!r}; expected one of {', '.join(choices)}"
+                    + did_you_mean(p, choices)
                 )
         return _distinct(tuple(parts), text)
 

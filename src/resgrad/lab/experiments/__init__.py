@@ -24,6 +24,7 @@ from resgrad.lab.experiments.depthtrain import (  # noqa: F401
     depth_train,
 )
 from resgrad.lab.experiments.experiment import (  # noqa: F401
+    ABOUT,
     EXPERIMENTS,
     GROUP,
     ExperimentConfig,

@@ -51,6 +51,7 @@ from resgrad.train.rundir import read_metrics
 from resgrad.train.trackers import LogConfig
 
 __all__ = [
+    "ABOUT",
     "EXPERIMENTS",
     "ROW_FIELDS",
     "ExperimentConfig",
@@ -62,6 +63,12 @@ __all__ = [
 ]
 
 EXPERIMENTS = ("warmup", "depth", "residual")
+# what each experiment asks, in one line (its command's help)
+ABOUT = {
+    "warmup": "pre-LN vs post-LN with and without learning-rate warm-up (Xiong et al. 2020)",
+    "depth": "pre-LN, post-LN and DeepNorm as depth grows (Wang et al. 2022)",
+    "residual": "a 12-layer GPT with and without + x",
+}
 # one row per cell: its settings; completed steps; the last evaluation's losses; whether
 # (and after how many steps) it diverged; the wall time of the call that finished it; block
 # 0's gradient norm and the largest block's update ratio, means over the last 10% of steps

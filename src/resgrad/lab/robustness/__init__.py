@@ -8,6 +8,7 @@ from resgrad.lab.robustness.experiment import (  # noqa: F401
     BUDGET_S,
     DOSE_SCHEME,
     METRICS,
+    QUESTION,
     SCHEMES,
     RobustnessConfig,
     equal_loss,

@@ -52,6 +52,9 @@ __all__ = [
 ]
 
 SCHEMES = ("pre-ln", "post-ln", "deepnorm", "rezero", "residual")
+# the question the study answers, in one line (its command's help)
+QUESTION = ("at equal validation loss, does a model whose gradient travels shorter paths lose "
+            "less when a block is deleted?")
 BUDGET_S = 3600.0  # a study estimated longer than this is refused unless asked for
 # the levels are chosen in the lowest half of the range every model reaches: the upper half
 # lies near the loss at initialization, where the models differ by their init alone
