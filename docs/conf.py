@@ -110,7 +110,11 @@ html_theme_options = {
     "footer_end": ["sphinx-version"],
 }
 html_static_path = ["_static"]
-html_css_files = ["resgrad.css"]  # code and notebook cells wrap; figures zoom on click
+html_css_files = ["resgrad.css"]  # wide code and tables scroll sideways; figures zoom on click
+# the residual as an icon: the identity line, and a branch that rejoins it at a plus;
+# favicon.ico at the site's root too, where a browser asks for it unprompted
+html_favicon = "_static/favicon.png"
+html_extra_path = ["_extra"]
 # a topic's guide page before the API entries (Sphinx opens it from the working directory)
 html_search_scorer = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_ext", "scorer.js")
 html_sidebars = {"index": [], "cli": [], "changelog": [], "notebooks": []}  # single pages

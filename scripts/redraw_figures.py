@@ -2,7 +2,9 @@
 
 Every figure in ``docs/images/`` is shown in a page (or the README) right after the shell
 block that draws it: a block of ``resgrad`` commands (and a ``cp`` where a command writes
-its figure into its own output directory) whose output path is ``docs/images/NAME``. This
+its figure into its own output directory) whose output path is ``out/figures/NAME``, under
+the ``out/`` that git ignores, so that a reader who runs the block in a clone writes
+nothing git tracks (the block makes the directory first: ``mkdir -p out/figures``). This
 script runs that block, as it is printed, with bash in an empty directory, and copies what
 it drew into ``docs/images/``. ``tests/test_docs.py`` uses the same reading of the pages to
 redraw the fast figures and compare them with the ones committed, so a figure cannot go
@@ -34,7 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-IMAGES = "docs/images/"  # where every figure lives, as the commands name it
+IMAGES = "docs/images/"  # where every figure lives
+FIGURES = "out/figures/"  # where the commands beside a figure write it
 SHELL_LANGS = ("", "bash", "sh", "shell", "console")
 
 # figures whose block takes a minute or more: redrawn here, never by the tests
@@ -53,7 +56,7 @@ SLOW = {
     "lesion_none.png": "3 none trainings + resgrad lesion (30 s idle, minutes loaded)",
     "robustness.png": "resgrad experiment robustness: 48 models trained and read (minutes)",
 }
-SCREENSHOTS = {"tensorboard.png": "run"}  # figure -> the run directory its block trains
+SCREENSHOTS = {"tensorboard.png": "out/run"}  # figure -> the run directory its block trains
 
 
 @dataclass(frozen=True)
@@ -155,10 +158,10 @@ def commands(block: Block) -> list[list[str]]:
 
 
 def figures_drawn(block: Block) -> list[str]:
-    """The names of the figures a shell block writes into docs/images/."""
+    """The names of the figures a shell block writes into out/figures/."""
     if block.lang == "console":
         return []  # a transcript, not a recipe
-    names = re.findall(rf"(?<![\w/.]){re.escape(IMAGES)}([\w.-]+\.(?:png|svg))", block.text)
+    names = re.findall(rf"(?<![\w/.]){re.escape(FIGURES)}([\w.-]+\.(?:png|svg))", block.text)
     return list(dict.fromkeys(names))
 
 
@@ -186,14 +189,13 @@ def figure_blocks(root: Path = ROOT) -> dict[str, list[Block]]:
 
 
 def run_block(block: Block, workdir: Path, timeout: float | None = None) -> dict[str, Path]:
-    """Run a block with bash in ``workdir`` (docs/images/ made there); the figures it drew."""
-    (workdir / IMAGES).mkdir(parents=True, exist_ok=True)
+    """Run a block with bash in ``workdir``; the figures it drew (in its out/figures/)."""
     env = {**os.environ, "MPLBACKEND": "Agg"}
     p = subprocess.run(["bash", "-euo", "pipefail", "-c", block.text], cwd=workdir, env=env,
                        capture_output=True, text=True, timeout=timeout)  # fmt: skip
     if p.returncode != 0:
         raise RuntimeError(f"{block.where}: the block exited {p.returncode}:\n{p.stderr[-3000:]}")
-    return {n: workdir / IMAGES / n for n in figures_drawn(block)}
+    return {n: workdir / FIGURES / n for n in figures_drawn(block)}
 
 
 def _free_port() -> int:
@@ -257,7 +259,8 @@ def redraw(names: list[str], root: Path = ROOT) -> list[str]:
             t0 = time.monotonic()
             drawn = run_block(block, work)
             if name in SCREENSHOTS and name not in drawn:
-                drawn[name] = work / IMAGES / name
+                drawn[name] = work / FIGURES / name
+                drawn[name].parent.mkdir(parents=True, exist_ok=True)
                 screenshot_tensorboard(work, f"{SCREENSHOTS[name]}/tb", drawn[name])
             for n, path in drawn.items():
                 dest = root / IMAGES / n

@@ -16,6 +16,7 @@ that the tests and the script read the same commands.
 """
 
 import importlib.util
+import os
 import pathlib
 import re
 import shutil
@@ -124,29 +125,28 @@ def test_every_image_is_shown_and_every_figure_shown_exists():
 
 
 def test_every_figure_stands_after_the_block_that_draws_it():
-    """A figure is shown after its drawing block on the same page, and every block that
-    draws a figure draws it the same way. The README, whose commands a reader runs in
-    their own directory, shows a guide page's figure after that page's block with the
-    figure written to the current directory instead of docs/images/."""
+    """A figure is shown after its drawing block on the same page (the README after the
+    very block of the guide page it borrows the figure from), and every block that draws a
+    figure draws it the same way, into out/figures/, which git ignores."""
     for name, places in SHOWN.items():
         if name in rf.SCREENSHOTS:
             assert name in rf.SLOW
             continue
-        assert name in DRAWN, f"{name}: no shell block writes docs/images/{name}"
+        assert name in DRAWN, f"{name}: no shell block writes {rf.FIGURES}{name}"
         texts = {b.text for b in DRAWN[name]}
         assert len(texts) == 1, f"{name} is drawn by different blocks: {DRAWN[name]}"
-        (text,) = texts
         for page, line in places:
-            if page == "README.md":
-                here = text.replace(rf.IMAGES + name, name)
-                before = [b for b in SHELL if b.path == page and b.line < line and b.text == here]
-            else:
-                before = [b for b in DRAWN[name] if b.path == page and b.line < line]
+            before = [b for b in DRAWN[name] if b.path == page and b.line < line]
             assert before, f"{page}:{line} shows {name} before (or without) its command"
 
 
-def test_the_readme_draws_nothing_into_the_docs():
-    assert [b.where for bs in DRAWN.values() for b in bs if b.path == "README.md"] == []
+def test_a_block_that_draws_makes_its_directory_first():
+    """A reader runs the block in a fresh clone, where out/figures/ is not there yet."""
+    mkdir = f"mkdir -p {rf.FIGURES.rstrip('/')}\n"
+    for name, blocks in DRAWN.items():
+        for b in blocks:
+            assert mkdir in b.text, (b.where, name)
+            assert b.text.index(mkdir) < b.text.index(rf.FIGURES), (b.where, name)
 
 
 def test_the_slow_figures_are_listed_with_a_reason():
@@ -214,3 +214,63 @@ def test_the_readme_is_a_front_door():
     local = [link for link in links if "://" not in link]
     assert len(local) >= 12
     assert [link for link in local if not (ROOT / link).exists()] == []
+
+
+# -- nothing written where the reader did not ask ---------------------------------------------
+
+# where a command writes: its output flags (sample's --out-dir is the run it reads), the DIR
+# of dynamics --export, and the default out-dir of the commands that have one not under out/
+OUTPUT_FLAGS = ("--plot", "--out", "--log-dir")
+DEFAULT_OUT = {"experiment": "out/experiment-{name}", "depth-train": "out/depth"}
+
+
+def written_paths(argv: list[str]) -> list[str]:
+    """The paths a resgrad command (its argv after ``resgrad``) writes, as typed."""
+    if not argv:  # `resgrad` alone
+        return []
+    out, cmd = [], argv[0]
+    for i, a in enumerate(argv[:-1]):
+        if a in OUTPUT_FLAGS or (a == "--out-dir" and cmd != "sample"):
+            out.append(argv[i + 1])
+        if a == "--export" and i + 2 < len(argv) and not argv[i + 2].startswith("-"):
+            out.append(argv[i + 2])
+    if cmd in DEFAULT_OUT and "--out-dir" not in argv:
+        out.append(DEFAULT_OUT[cmd].format(name=argv[1] if len(argv) > 1 else ""))
+    return out
+
+
+def copied_to(block) -> list[str]:
+    """The destination of every ``cp`` in a shell block."""
+    lines = [ln.split("#")[0].split() for ln in block.text.splitlines()]
+    return [ln[-1] for ln in lines if ln[:1] == ["cp"]]
+
+
+def _under_out(path: str) -> bool:
+    norm = os.path.normpath(path)
+    return norm == "out" or norm.startswith("out" + os.sep)
+
+
+def test_every_printed_command_writes_under_out():
+    """The README's tour and every guide command write into a directory they name under
+    out/, which git ignores, never beside the reader's tracked files (docs/images/ included)."""
+    bad = [(b.where, " ".join(argv), p) for b, argv in COMMANDS
+           for p in written_paths(argv) if not _under_out(p)]  # fmt: skip
+    bad += [(b.where, "cp", p) for b in SHELL for p in copied_to(b) if not _under_out(p)]
+    assert bad == []
+    assert "out/" in (ROOT / ".gitignore").read_text().splitlines()
+
+
+def test_the_writing_rule_sees_every_way_of_writing():
+    """Not vacuous: each way a command names what it writes is read."""
+    assert written_paths(["flow", "--plot", "a.png"]) == ["a.png"]
+    assert written_paths(["sweep", "--out", "s.csv", "--plot", "out/s.png"]) == [
+        "s.csv",
+        "out/s.png",
+    ]
+    assert written_paths(["train", "--out-dir", "run"]) == ["run"]
+    assert written_paths(["sample", "--out-dir", "run", "--start", "x"]) == []
+    assert written_paths(["dynamics", "out", "--export", "tensorboard", "tb"]) == ["tb"]
+    assert written_paths(["experiment", "warmup", "--seeds", "2"]) == ["out/experiment-warmup"]
+    block = rf.Block("x.md", 1, "bash", "resgrad train\ncp out/loss.png docs/images/x.png\n")
+    assert copied_to(block) == ["docs/images/x.png"] and not _under_out("docs/images/x.png")
+    assert _under_out("out/figures/x.png") and not _under_out("outside/x.png")

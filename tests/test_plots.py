@@ -7,8 +7,10 @@ import numpy as np
 import pytest
 
 from resgrad.plots import (
+    EVALS_JOINED,
     PlotSpec,
     Series,
+    draw_losses,
     draw_spec,
     make_figure,
     new_figure,
@@ -238,3 +240,17 @@ def test_check_plot_path_checks_the_extension_then_the_destination(tmp_path):
     with pytest.raises(NotADirectoryError, match=r"file\.txt' is a file, not a directory"):
         save_plot(spec(), tmp_path / "file.txt" / "a.png")
     assert sorted(os.listdir(tmp_path)) == ["file.txt"]
+
+
+@pytest.mark.parametrize("n_evals, joined", [(1, False), (2, False), (3, True), (5, True)])
+def test_a_line_joins_the_evaluations_only_where_there_are_enough(n_evals, joined):
+    """Two evaluations of a 200-step run joined by a straight line read as a curve that is not
+    there: below EVALS_JOINED they are markers alone, the values exactly those recorded."""
+    records = [{"kind": "eval", "iter": 50 * i, "val_loss": 4.0 - 0.5 * i} for i in range(n_evals)]
+    fig, (ax,) = new_figure()
+    draw_losses(ax, records)
+    (line,) = ax.get_lines()
+    assert (line.get_linestyle() != "None") is joined and (n_evals >= EVALS_JOINED) is joined
+    assert line.get_marker() == "o"
+    assert list(line.get_xdata()) == [r["iter"] for r in records]
+    assert list(line.get_ydata()) == [r["val_loss"] for r in records]

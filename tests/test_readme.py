@@ -16,6 +16,7 @@ import importlib.util
 import os
 import pathlib
 import re
+import shutil
 import subprocess
 import sys
 
@@ -92,17 +93,58 @@ def test_the_readme_commands_are_found():
     assert any(a[:1] == ["train"] for a in argvs) and any(a[:1] == ["flow"] for a in argvs)
 
 
-def test_the_readme_commands_run_as_written_and_leave_the_repository_alone(tmp_path):
+def _clone(tmp_path: pathlib.Path) -> pathlib.Path:
+    """A fresh clone as the README's reader has one, for what git sees: the README and the
+    .gitignore, committed."""
+    clone = tmp_path / "clone"
+    clone.mkdir()
+    for name in ("README.md", ".gitignore"):
+        shutil.copyfile(ROOT / name, clone / name)
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "init.defaultBranch=main"]
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "clone"]):
+        subprocess.run([*git, *args], cwd=clone, check=True, capture_output=True)
+    return clone
+
+
+def _untracked(clone: pathlib.Path) -> list[str]:
+    p = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"], cwd=clone,
+                       check=True, capture_output=True, text=True)  # fmt: skip
+    return p.stdout.splitlines()
+
+
+def test_the_readme_commands_run_as_written_and_leave_the_clone_clean(tmp_path):
+    """Every resgrad command of the README's shell blocks (with each block's mkdir first),
+    run in a fresh clone: each succeeds, and git status stays clean after them all, as a
+    reader finds it (they write under out/, which git ignores); the checkout is left alone."""
     before = _repository_state(ROOT)
+    clone = _clone(tmp_path)
     env = {**os.environ, "MPLBACKEND": "Agg"}
-    for argv in readme_commands():
-        p = subprocess.run([sys.executable, "-m", "resgrad", *argv], cwd=tmp_path, env=env,
-                           capture_output=True, text=True, timeout=600)  # fmt: skip
-        assert p.returncode == 0, (argv, p.stderr[-2000:])
+    text = (ROOT / "README.md").read_text()
+    blocks = [b for b in rf.fenced_blocks(text, "README.md") if b.lang in rf.SHELL_LANGS]
+    for b in blocks:
+        for line in b.text.splitlines():
+            if line.startswith("mkdir "):
+                subprocess.run(["bash", "-c", line], cwd=clone, check=True)
+        for argv in rf.commands(b):
+            p = subprocess.run([sys.executable, "-m", "resgrad", *argv], cwd=clone, env=env,
+                               capture_output=True, text=True, timeout=600)  # fmt: skip
+            assert p.returncode == 0, (argv, p.stderr[-2000:])
+    assert _untracked(clone) == [], "the README's commands wrote where git sees it"
+    assert (clone / "out" / "figures" / "flow_schemes.png").exists()
+    assert (clone / "out" / "last.ckpt").exists() and (clone / "out" / "gpt2-dir").is_dir()
     after = _repository_state(ROOT)
     changed = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
     assert changed == [], f"the README's commands wrote into the repository: {changed}"
-    assert (tmp_path / "flow_schemes.png").exists() and (tmp_path / "out" / "last.ckpt").exists()
+
+
+def test_a_file_written_in_the_clone_is_seen(tmp_path):
+    """Not vacuous: a figure written beside the README, outside out/, is one git sees."""
+    clone = _clone(tmp_path)
+    assert _untracked(clone) == []
+    (clone / "flow_schemes.png").write_bytes(b"png")
+    (clone / "out").mkdir()
+    (clone / "out" / "x.png").write_bytes(b"png")
+    assert _untracked(clone) == ["?? flow_schemes.png"]
 
 
 def test_a_command_writing_into_the_repository_is_caught(tmp_path):

@@ -12,7 +12,13 @@ and the notebooks' kernel.
    is not already a link becomes a link to its own file, as Sphinx does for a figure
    given a width (``html_scaled_image_link``).
 
-3. The notebooks run in a kernel of the interpreter running the build. myst-nb starts
+3. Search lists each page once. A guide page's topic names are index entries at its top
+   (its ``{index}`` line, target ``index-0``); search gave such an entry as a result of its
+   own, with the anchor ``#index-0``, beside the page's own result for the same words, and
+   Sphinx drops a result only where page, title and anchor all repeat. Those entries point
+   at the page itself (no anchor), so the two are one result, the higher score kept.
+
+4. The notebooks run in a kernel of the interpreter running the build. myst-nb starts
    the kernel named ``python3``, which is whatever that name is registered to on the
    machine, perhaps another environment with another resgrad. The build registers its
    own ``python3`` first on ``JUPYTER_PATH``, started by ``sys.executable``, with the
@@ -58,6 +64,31 @@ def _link_figures(app, doctree, docname) -> None:
         reference.append(node)
 
 
+TOP_INDEX = "index-0"  # the target of a page's first {index} line, under its title
+
+
+def _one_result_per_page(app, exception) -> None:
+    """Point each guide page's top index entries at the page, in the built search index."""
+    path = os.path.join(app.outdir, "searchindex.js")
+    if exception is not None or app.builder.format != "html" or not os.path.exists(path):
+        return
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    head, body, tail = (
+        text[: text.index("(") + 1],
+        text[text.index("(") + 1 : text.rindex(")")],
+        text[text.rindex(")") :],
+    )
+    index = json.loads(body)
+    guide = {i for i, d in enumerate(index["docnames"]) if d.startswith("guide/")}
+    for entries in index["indexentries"].values():
+        for e in entries:  # [file, target id, main]
+            if e[0] in guide and e[1] == TOP_INDEX:
+                e[1] = ""
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(head + json.dumps(index, separators=(",", ":")) + tail)
+
+
 def _register_kernel(app) -> None:
     """A ``python3`` kernel spec of this interpreter, first on JUPYTER_PATH for the build."""
     home = tempfile.TemporaryDirectory(prefix="resgrad-docs-kernel-")
@@ -91,5 +122,6 @@ def setup(app):
     app.connect("builder-inited", _register_kernel)
     app.connect("env-updated", _name_the_commands)
     app.connect("doctree-resolved", _link_figures)
+    app.connect("build-finished", _one_result_per_page)
     app.connect("build-finished", _unregister_kernel)
     return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}

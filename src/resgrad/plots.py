@@ -309,8 +309,12 @@ def _smooth(y: np.ndarray, n: int) -> np.ndarray:
     return (c[i] - c[lo]) / (i - lo)  # (N,)
 
 
+EVALS_JOINED = 3  # validation losses are joined by a line from this many evaluations on
+
+
 def draw_losses(ax, records: list[dict], label: str = "", color=None) -> None:
-    """Draw on ``ax`` a run's train loss per step (raw, faint; smoothed) and val loss per eval."""
+    """Draw on ``ax`` a run's train loss per step (raw, faint; smoothed) and val loss per
+    eval: markers, joined by a dashed line from :data:`EVALS_JOINED` evaluations on."""
     steps = [r for r in records if r["kind"] == "iter"]
     evals = [r for r in records if r["kind"] == "eval"]
     pre = f"{label} " if label else ""
@@ -324,7 +328,9 @@ def draw_losses(ax, records: list[dict], label: str = "", color=None) -> None:
                 **point)  # fmt: skip
     if evals:
         ex = [r["iter"] for r in evals]
-        ax.plot(ex, [r["val_loss"] for r in evals], "o--", ms=3.5, color=color,
+        # two evaluations joined by a straight line would be drawn as if it were a curve
+        style = "o--" if len(evals) >= EVALS_JOINED else "o"
+        ax.plot(ex, [r["val_loss"] for r in evals], style, ms=3.5, color=color,
                 label=f"{pre}val (eval)")  # fmt: skip
 
 

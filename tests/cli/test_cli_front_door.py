@@ -8,11 +8,16 @@
 """
 
 import argparse
+import contextlib
+import os
+import pathlib
 import re
+import shlex
 
 import pytest
 
-from resgrad.cli import build_parser, leaf, main
+from resgrad.cli import build_parser, experiment_cmds, leaf, lesson_cmds, main, train_cmds
+from resgrad.lab.study.budget import PROGRESS_AFTER_S, plan_left
 from resgrad.cli._experiments import EXPERIMENT_FLAGS, NAMES, ROBUSTNESS_FLAGS
 from resgrad.lab.experiments import EXPERIMENTS, ExperimentConfig
 from resgrad.lab.robustness import BUDGET_S, RobustnessConfig
@@ -53,7 +58,7 @@ def test_each_experiment_help_gives_its_own_defaults(capsys, name):
             continue
         want = _typed(getattr(cfg, flag[2:].replace("-", "_")))
         assert f"(default: {want})" in flags[flag], (flag, flags[flag])
-    assert f"(default: out-experiment-{name})" in flags["--out-dir"]
+    assert f"(default: out/experiment-{name})" in flags["--out-dir"]
     for flag, *_ in ROBUSTNESS_FLAGS:  # refused here: not offered
         assert flag not in flags
     assert "--quick" not in flags and "the experiment's" not in " ".join(flags.values())
@@ -144,3 +149,106 @@ def test_leaf_finds_the_command_that_ran():
     args = parser.parse_args(["lesson"])
     assert leaf(parser, args).prog == "resgrad lesson" == args.prog
     assert isinstance(leaf(parser, args), argparse.ArgumentParser)
+
+
+# --------------------------------------------------------------- long work speaks, Ctrl-C
+
+def _stop_after_plan(seconds, out_dir=None):
+    """A stand-in for a long library call: it calls ``plan`` with ``seconds``, makes
+    ``out_dir`` (work kept) if given, then is interrupted."""
+
+    def fake(*args, plan=None, **kwargs):
+        plan(seconds, "3 runs of 9 steps")
+        if out_dir is not None:
+            os.makedirs(out_dir)
+        raise KeyboardInterrupt
+
+    return fake
+
+
+@pytest.mark.parametrize("seconds, kept", [(120.0, True), (1.0, False)])
+def test_an_experiment_says_its_plan_and_what_ctrl_c_kept(capsys, monkeypatch, tmp_path,
+                                                          seconds, kept):  # fmt: skip
+    out = str(tmp_path / "exp dir")  # a space: the printed command quotes it
+    monkeypatch.setattr(experiment_cmds, "run_experiment",
+                        _stop_after_plan(seconds, out if kept else None))  # fmt: skip
+    argv = ["experiment", "warmup", "--seeds", "2", "--out-dir", out]
+    assert main(argv) == 130
+    err = capsys.readouterr().err.splitlines()
+    resume = shlex.join(["resgrad", *argv])
+    plan = (f"resgrad experiment warmup: 3 runs of 9 steps: about 2.0 min; writes runs/, "
+            f"cells.csv, summary.md and warmup.png in {out}; Ctrl-C keeps every finished "
+            f"cell, and `{resume}` resumes")  # fmt: skip
+    stop = (f"resgrad experiment warmup: interrupted; kept every finished cell in {out}; to "
+            f"resume: {resume}" if kept else
+            f"resgrad experiment warmup: interrupted; nothing was kept in {out}")  # fmt: skip
+    # stderr is no terminal here: the plan is said all the same, when the work is long
+    assert err == ([plan] if seconds > PROGRESS_AFTER_S else []) + [stop]
+    assert shlex.split(resume)[1:] == argv  # the command printed reruns this one
+
+
+def test_train_says_how_to_resume_from_its_last_checkpoint(capsys, monkeypatch, tmp_path):
+    out = str(tmp_path / "run")
+
+    def fake(cfg, *, plan=None, **kwargs):
+        plan(60.0, "9 steps")
+        os.makedirs(out)
+        open(os.path.join(out, "last.ckpt"), "wb").close()
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(train_cmds, "train", fake)
+    assert main(["train", "--max-iters", "9", "--out-dir", out]) == 130
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("resgrad train: 9 steps: about 1.0 min; writes ") and out in err[0]
+    assert err[1] == (f"resgrad train: interrupted; kept the last checkpoint in {out}; to "
+                      f"resume: resgrad train --out-dir {out} --resume")  # fmt: skip
+
+
+def test_a_command_that_keeps_nothing_says_interrupted_alone(capsys, monkeypatch):
+    def fake(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(lesson_cmds, "cmd_depth", fake)  # registered as main builds the parser
+    assert main(["depth", "--depths", "2"]) == 130
+    assert capsys.readouterr().err == "resgrad depth: interrupted\n"
+
+
+# ------------------------------------------------- the errors page's lines are the real ones
+
+ERRORS_PAGE = pathlib.Path(__file__).resolve().parents[2] / "docs" / "guide" / "errors.md"
+ROBUSTNESS_REFUSALS = [
+    ["--seeds", "1"],
+    ["--variants", "none"],
+    ["--variants", "pre-ln", "--doses", "0.5"],
+    ["--doses", "0,-0"],
+    ["--keep-every", "400"],
+    ["--levels", "99"],
+    ["--lrs", "1e-3"],
+    ["--out-dir", "afile"],
+    ["--budget", "1", "--jobs", "2"],
+    ["--level", "3"],
+]
+
+
+@pytest.mark.parametrize("flags", ROBUSTNESS_REFUSALS, ids=lambda f: f[0])
+def test_the_errors_page_prints_each_robustness_refusal_as_the_command_does(
+    capsys, monkeypatch, tmp_path, flags
+):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "afile").write_text("not a directory\n")
+    with contextlib.suppress(SystemExit):
+        assert main(["experiment", "robustness", *flags]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and ": error: " in err, err
+    assert err.strip() in ERRORS_PAGE.read_text(encoding="utf-8"), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]  # a refusal leaves nothing
+
+
+def test_a_resumed_grid_plans_only_what_is_left():
+    said = []
+    ready = plan_left(lambda s, w: said.append((s, w)), 120.0, "12 models of 60 steps", "models")
+    ready(12, 12)
+    ready(3, 12)
+    ready(0, 12)  # every model finished before: nothing to announce
+    assert said == [(120.0, "12 models of 60 steps"),
+                    (30.0, "3 of 12 models left; 12 models of 60 steps")]  # fmt: skip

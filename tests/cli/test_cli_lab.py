@@ -4,6 +4,7 @@ with the experiment (real signals, in a subprocess), and explicit seeds."""
 import csv
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -93,7 +94,13 @@ def test_killing_the_experiment_ends_its_workers_and_a_rerun_resumes(tmp_path, t
     assert "leaked semaphore" not in err, err  # the workers made none
     if sig != signal.SIGKILL:  # (after a SIGKILL, loky's tracker cleans up the pool's own)
         assert "resource_tracker" not in err and "leaked" not in err, err
-        assert err == ("resgrad experiment: interrupted\n" if sig == signal.SIGINT else ""), err
+        if sig == signal.SIGINT:  # one line: what was kept (the disk agrees), how to resume
+            resume = shlex.join(["resgrad", *args, "--seeds", "30,4", "--jobs", "2"])
+            kept = (f"kept every finished cell in {out}; to resume: {resume}"
+                    if os.path.exists(out) else f"nothing was kept in {out}")  # fmt: skip
+            assert err == f"resgrad experiment warmup: interrupted; {kept}\n", err
+        else:
+            assert err == "", err
     assert not os.path.exists(os.path.join(out, "cells.csv"))  # it was cut short
 
     assert main([*args, "--seeds", "30,4", "--jobs", "1"]) == 0  # resumes, no lock in the way

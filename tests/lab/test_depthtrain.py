@@ -66,7 +66,7 @@ def test_the_recipe_and_the_summary_are_what_they_say(tmp_path, text_file):
 
     c = DepthTrainConfig(max_iters=600, lr=2e-3).train_config("pre-ln")
     assert (c.warmup_iters, c.lr, c.min_lr, c.lr_decay_iters) == (60, 2e-3, 2e-4, 600)
-    assert c.grad_clip == 1.0 and c.out_dir == os.path.join("out-depth", "pre-ln")
+    assert c.grad_clip == 1.0 and c.out_dir == os.path.join("out", "depth", "pre-ln")
     cfg = DepthTrainConfig(n_layer=2, n_head=2, n_embd=16, block_size=8, batch_size=2,
                            max_iters=3, eval_interval=3, eval_iters=1, data=text_file,
                            variants=("none", "pre-ln"), out_dir=str(tmp_path / "d"))  # fmt: skip

@@ -140,6 +140,7 @@ def test_a_level_outside_the_common_range_is_refused_naming_it(study, capsys):
     out, _ = study
     assert main([*QUICK, "--out-dir", out, "--levels", "1.5"]) == 2  # the models are cached
     err = capsys.readouterr().err
+    # every model finished before: nothing is left to train, and nothing is announced
     assert "level 1.5 is outside the range every model reaches" in err and err.count("\n") == 1
 
 

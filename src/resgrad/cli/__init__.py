@@ -140,8 +140,9 @@ def main(argv: list[str] | None = None) -> int:
             msg = f"out of memory ({msg}); choose smaller sizes"
         print(f"{args.prog}: error: {msg}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print(f"resgrad {args.command}: interrupted", file=sys.stderr)
+    except KeyboardInterrupt:  # one line: what was kept and how to resume, where anything is
+        kept = getattr(args, "interrupted", None)
+        print(f"{args.prog}: interrupted" + (f"; {kept()}" if kept else ""), file=sys.stderr)
         return 130
 
 

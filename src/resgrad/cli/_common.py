@@ -8,10 +8,12 @@ import difflib
 import math
 import os
 import re
+import shlex
 import sys
 from typing import NoReturn
 
 from resgrad.lab.study import TIME_BUDGET_S
+from resgrad.lab.study.budget import PROGRESS_AFTER_S, format_seconds
 from resgrad.train.bpe import KINDS
 from resgrad.train.loop import TrainingDiverged
 from resgrad.train.trackers import LOG_TO, LogConfig, check_log_dir, require
@@ -89,6 +91,37 @@ def wrote(path: str | os.PathLike, detail: str = "", *, fmt: str = "table") -> N
     if detail:
         line += f" ({detail})"
     print(line, file=sys.stdout if fmt == "table" else sys.stderr)
+
+
+def long_work(args: argparse.Namespace, out_dir: str, writes: str, kept: str, resume: str,
+              kept_path: str | None = None):  # fmt: skip
+    """What a command that keeps its work says, before and after: a ``plan`` callback for
+    the library (called with the estimated seconds and what the work is), which says on
+    stderr, terminal or not, when the work is estimated over PROGRESS_AFTER_S: the
+    estimate, what it writes where (``writes``, in ``out_dir``), and how to resume; and,
+    for Ctrl-C (:func:`resgrad.cli.main`), ``args.interrupted``: what was ``kept`` and the
+    command (``resume``) that goes on, or that nothing was kept where ``kept_path`` (default
+    ``out_dir``) is not there.
+    """
+
+    def interrupted() -> str:
+        if not os.path.exists(kept_path or out_dir):
+            return f"nothing was kept in {out_dir}"
+        return f"kept {kept} in {out_dir}; to resume: {resume}"
+
+    def plan(seconds: float, work: str) -> None:
+        if seconds > PROGRESS_AFTER_S:
+            print(f"{args.prog}: {work}: about {format_seconds(seconds)}; writes {writes} in "
+                  f"{out_dir}; Ctrl-C keeps {kept}, and `{resume}` resumes",
+                  file=sys.stderr, flush=True)  # fmt: skip
+
+    args.interrupted = interrupted
+    return plan
+
+
+def same_command(args: argparse.Namespace) -> str:
+    """The command line that ran, as typed: ``resgrad experiment warmup --seeds 3``."""
+    return shlex.join(["resgrad", *args.argv])
 
 
 def typed(argv: list[str], flags: tuple[str, ...]) -> list[str]:

@@ -73,7 +73,7 @@ def register_one(names: argparse._SubParsersAction, name: str, func) -> None:
     )  # fmt: skip
     given = defaults(name)
     p.add_argument("--out-dir", default=None, help=f"where the runs and results go (default: "
-                   f"out-experiment-{name})")  # fmt: skip
+                   f"out/experiment-{name})")  # fmt: skip
     hidden = ROBUSTNESS_ONLY if not study else NOT_ROBUSTNESS
     for flag, typ, help_ in EXPERIMENT_FLAGS + ROBUSTNESS_FLAGS:
         kw = {"choices": INITS} if flag == "--init" else {}

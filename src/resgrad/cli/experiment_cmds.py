@@ -35,7 +35,7 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     _common.refuse_with(args.argv, _experiments.ROBUSTNESS_ONLY, f"experiment {args.name}",
                         "they set the robustness study")  # fmt: skip
     cfg = ExperimentConfig.defaults(args.name, **_common.given(args, _experiments.EXPERIMENT_FLAGS))
-    out_dir = args.out_dir or f"out-experiment-{args.name}"
+    out_dir = args.out_dir or os.path.join("out", f"experiment-{args.name}")
     log_to = _common.log_config(args)
     big = cfg.largest_cell(out_dir)
     local = min(args.jobs or os.cpu_count() or 1, cfg.n_cells)  # runs at once
@@ -43,9 +43,12 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     memory.require(workers * memory.train_bytes(big),
                    f"this experiment ({workers} run(s) at once, the largest L={big.n_layer} "
                    f"C={big.n_embd} T={big.block_size} B={big.batch_size})")  # fmt: skip
+    plan = _common.long_work(args, out_dir, f"runs/, cells.csv, summary.md and {cfg.name}.png",
+                             "every finished cell", _common.same_command(args))  # fmt: skip
     result = run_experiment(cfg, out_dir, jobs=args.jobs, backend=args.backend,
                             scheduler=args.scheduler, connect_timeout=args.connect_timeout,
-                            progress=None, threads=args.threads, log_to=log_to)  # fmt: skip
+                            progress=None, threads=args.threads, log_to=log_to,
+                            plan=plan)  # fmt: skip
     print(format_summary(result["summary"], result["unigram_entropy"]))
     _common.wrote(out_dir)  # its figure NAME.png, the table summary.md, cells.csv, runs/
     if "tensorboard" in log_to.to:

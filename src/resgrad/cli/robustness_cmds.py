@@ -25,15 +25,18 @@ def cmd_robustness(args: argparse.Namespace) -> int:
     settings = _common.given(args, _experiments.EXPERIMENT_FLAGS + _experiments.ROBUSTNESS_FLAGS)
     budget = settings.pop("budget", robustness.BUDGET_S)
     cfg = robustness.RobustnessConfig.from_flags(args.quick, **settings)
-    out_dir = args.out_dir or "out-experiment-robustness"
+    out_dir = args.out_dir or os.path.join("out", "experiment-robustness")
     big = cfg.largest_cell(out_dir)
     workers = 1 if args.backend == "dask" else min(args.jobs or os.cpu_count() or 1, 64)
     memory.require(workers * memory.train_bytes(big), f"this study ({workers} model(s) at "
                    f"once, the largest L={big.n_layer} C={big.n_embd})")  # fmt: skip
+    command = _common.same_command(args)
+    plan = _common.long_work(args, out_dir, "runs/, checkpoints.csv and validation.txt",
+                             "every finished model", command)  # fmt: skip
     results, trajs = robustness.equal_loss(
         cfg, out_dir, jobs=args.jobs, backend=args.backend, scheduler=args.scheduler,
-        connect_timeout=args.connect_timeout, threads=args.threads, budget=budget)  # fmt: skip
-    command = "resgrad " + " ".join(args.argv)
+        connect_timeout=args.connect_timeout, threads=args.threads, budget=budget,
+        plan=plan)  # fmt: skip
     if args.plot:  # saved before anything is printed: a reader that leaves loses no plot
         robustness.save_robustness_figure(args.plot, results, trajs, cfg, command)
     text = f"{out_dir}/validation.txt"

@@ -70,7 +70,7 @@ def register(sub: argparse._SubParsersAction, variants: tuple[str, ...], d) -> N
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     # imported here: joblib and tqdm only load for the command that needs them
-    from resgrad.lab.experiments import SweepConfig, require_memory, run_sweep
+    from resgrad.lab.experiments import SweepConfig, require_memory, run_sweep, sidecar_path
 
     if args.plot:
         check_plot_path(args.plot)  # a bad extension or destination fails before any work
@@ -79,6 +79,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         heads=args.heads, seq=args.seq, batch=args.batch, init=args.init, loss=args.loss,
     )  # fmt: skip
     require_memory(cfg, args.jobs)
+    side = sidecar_path(args.out)  # where finished configs wait for the whole file
+    _common.long_work(args, side, "", "every finished config", _common.same_command(args))
     res = run_sweep(
         cfg,
         args.out,

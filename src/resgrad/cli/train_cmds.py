@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import argparse
 import functools
+import os
+import shlex
 
 from resgrad.cli import _common, depthtrain_cmds
 from resgrad.cli._common import TRAIN_FLAGS
+from resgrad.formats.checkpoint import LAST
 from resgrad.nn.blocks import INITS, VARIANTS
 from resgrad.perf import memory
 from resgrad.perf.threads import COOLDOWN_STEPS, RECHECK_STEPS, SLOW_STEP, ThreadFollower
@@ -110,8 +113,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     if cfg.init_from is None:
         fits()  # at once; a pretrained model's shape is known once it is loaded
     follow = ThreadFollower() if args.threads is None else None  # --threads N: N throughout
+    resume = shlex.join(["resgrad", "train", "--out-dir", out_dir, "--resume"])
+    writes, last = "checkpoints, metrics.jsonl, dynamics and loss.png", os.path.join(out_dir, LAST)
+    plan = _common.long_work(args, out_dir, writes, "the last checkpoint", resume, last)
     res = _common.unless_diverged("train", train, cfg, progress=None, fits=fits, log_to=log_to,
-                                  threads=follow)  # fmt: skip
+                                  threads=follow, plan=plan)  # fmt: skip
     if res is None:
         return 1
     print(done_line(res))

@@ -66,6 +66,11 @@ def _float(name, v, lo, hi=math.inf, lo_open=False):
         raise ValueError(f"{name} must be a finite number in {rng}, got {v!r}")
 
 
+# a training step's float32 throughput and per-block overhead on one core
+# (TrainConfig.seconds; nanoGPT's CPU recipe reaches about 6e10 a core on AVX-512)
+TRAIN_FLOPS_PER_S = 6e10
+BLOCK_STEP_S = 2e-3
+
 # settings a pretrained model (TrainConfig.init_from) brings with it: a run may not set them
 FROM_PRETRAINED = ("n_layer", "n_head", "n_embd", "variant", "init", "tokenizer", "activation",
                    "rezero_alpha")  # fmt: skip
@@ -197,6 +202,21 @@ class TrainConfig:
 
     def schedule(self) -> LRSchedule:
         return LRSchedule(self.lr, self.min_lr, self.warmup_iters, self.lr_decay_iters)
+
+    def seconds(self, vocab_size: int, start: int = 0, model: GPTConfig | None = None) -> float:
+        """An estimate of the run's seconds from step ``start`` on one core: each step 3 x a
+        forward's flops (about 24 B T C^2 + 4 B T^2 C a block and 2 B T C V for the head) at
+        :data:`TRAIN_FLOPS_PER_S`, plus :data:`BLOCK_STEP_S` a block; each evaluation a
+        forward of ``eval_iters`` batches per split. ``model``: the shape trained, where a
+        pretrained one brings its own. Within a factor of 2 of the measured time at the
+        studies' sizes (``benchmarks/bench_estimates.py``)."""
+        m = model or self.gpt_config(vocab_size)
+        B, T, C, L, V = self.batch_size, self.block_size, m.n_embd, m.n_layer, vocab_size
+        forward = L * (24 * B * T * C * C + 4 * B * T * T * C) + 2 * B * T * C * V
+        steps = max(self.max_iters - start, 0)
+        evals = steps // self.eval_interval + 1
+        flops = steps * 3 * forward + evals * 2 * self.eval_iters * forward
+        return flops / TRAIN_FLOPS_PER_S + steps * BLOCK_STEP_S * L
 
     def adamw(self) -> AdamWConfig:
         return AdamWConfig(

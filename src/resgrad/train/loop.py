@@ -469,6 +469,7 @@ def train(
     log_to: LogConfig | None = None,
     threads: int | Callable[[float], int] | None = None,
     warn: Callable[[str], None] | None = None,
+    plan: Callable[[float, str], None] | None = None,
 ) -> TrainResult:
     """Train (or resume) a GPT as ``cfg`` says; see the module docstring for the files written.
 
@@ -484,6 +485,9 @@ def train(
         Receives what a resume found damaged or missing (the metrics, the dynamics, the
         dashboards' history) and the thread count's gate (default: ``log``, else stderr),
         so that a caller who silences ``log`` still hears of damage.
+    plan : callable, optional
+        Called once, before the first step, with the estimated seconds of the steps left
+        (:meth:`TrainConfig.seconds`) and what they are.
     fits : callable, optional
         Called with the model's shape once it is known (a pretrained model's only once
         it is loaded), before the first step; it raises to refuse the run, as the CLI's
@@ -526,7 +530,7 @@ def train(
     _check_threads(threads)
     wrote: list[str] = []  # the files this call writes, as it opens them
     try:
-        return _train(cfg, progress, log, fits, log_to or LogConfig(), wrote, threads, warn)
+        return _train(cfg, progress, log, fits, log_to or LogConfig(), wrote, threads, warn, plan)
     except BaseException:
         # a fresh run stopped before its first checkpoint (at evaluation 0, e.g. token ids
         # the model has no row for): nothing of it can be resumed or read, so nothing stays
@@ -549,6 +553,7 @@ def _train(
     wrote: list[str],
     threads: int | Callable[[float], int] | None = None,
     warn: Callable[[str], None] | None = None,
+    plan: Callable[[float, str], None] | None = None,
 ) -> TrainResult:
     """:func:`train`'s body; every file it writes is in ``wrote`` before it is opened."""
     from tqdm.auto import tqdm
@@ -562,6 +567,10 @@ def _train(
     if fits is not None:
         fits(run.model.cfg)
     corpus, model, start, best, records = run.corpus, run.model, run.start, run.best, run.records
+    if plan is not None:
+        V, m = corpus.tokenizer.vocab_size, model.cfg
+        plan(cfg.seconds(V, start, m), f"{cfg.max_iters - start} steps of a {m.n_layer}-layer "
+             f"GPT (C={m.n_embd}, T={cfg.block_size}, B={cfg.batch_size})")  # fmt: skip
     wrote += [os.path.join(out_dir, n) for n in (TOKENIZER, METRICS, DYNAMICS_BIN, DYNAMICS_HEADER)]
     if hasattr(corpus.tokenizer, "to_json"):  # a BPE: saved with the run, as transformers reads it
         atomic_write_text(os.path.join(out_dir, TOKENIZER), corpus.tokenizer.to_json())

@@ -48,7 +48,7 @@ class DepthTrainConfig:
     eval_iters: int = 10  # batches per split per evaluation
     seed: int = 1337
     data: str | None = None  # None: the built-in corpus
-    out_dir: str = "out-depth"
+    out_dir: str = os.path.join("out", "depth")
     variants: tuple[str, ...] = ("none", "pre-ln")
 
     def __post_init__(self):

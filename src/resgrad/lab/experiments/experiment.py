@@ -30,7 +30,7 @@ import math
 import os
 import statistics
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -42,6 +42,7 @@ from resgrad.formats.records import to_csv
 from resgrad.lab.experiments.grid import check_backend, run_grid, sidecar_is_empty, sidecar_path
 from resgrad.lab.experiments.sweep import check_grid_size
 from resgrad.lab.flow.core import seed_tuple
+from resgrad.lab.study.budget import plan_left
 from resgrad.plots import figure_bytes, new_figure
 from resgrad.train.config import TrainConfig, check_matches_checkpoint
 from resgrad.train.data import check_text_file, load_corpus, unigram_entropy
@@ -190,6 +191,12 @@ class ExperimentConfig:
         """How many runs the grid holds (:meth:`cells` without building them)."""
         return self._n_settings * len(self.seeds)
 
+    def seconds(self, vocab_size: int, jobs: int) -> float:
+        """An estimate of the whole grid on ``jobs`` workers: each cell's training
+        (:meth:`TrainConfig.seconds`), shared among them."""
+        cells = self.cells(".")
+        return sum(c.seconds(vocab_size) for _, c in cells) / max(min(jobs, len(cells)), 1)
+
     def largest_cell(self, out_dir: str) -> TrainConfig:
         """The config of the grid's largest run (the deepest), for a memory estimate."""
         return self._train_config(self.variants[0], max(self.depths), self.lrs[0],
@@ -220,8 +227,13 @@ def run_cell(cfg: TrainConfig, log_to: LogConfig | None = None) -> list[dict]:
            "warmup_iters": cfg.warmup_iters, "seed": cfg.seed}  # fmt: skip
     diverged = False
     try:
-        res = train(cfg, progress=False, log=lambda s: None, log_to=log_to,
-                    warn=lambda s: print(f"{cfg.out_dir}: {s}", file=sys.stderr))  # damage
+        res = train(
+            cfg,
+            progress=False,
+            log=lambda s: None,
+            log_to=log_to,
+            warn=lambda s: print(f"{cfg.out_dir}: {s}", file=sys.stderr),
+        )  # damage
         row.update(seconds=res.seconds)
     except TrainingDiverged:
         diverged = True
@@ -387,6 +399,7 @@ def run_experiment(
     progress: bool | None = None,
     threads: int | None = None,
     log_to: LogConfig | None = None,
+    plan: Callable[[float, str], None] | None = None,
 ) -> dict:
     """Run every cell of ``cfg`` into ``out_dir`` and write the results there.
 
@@ -401,7 +414,8 @@ def run_experiment(
     local worker (default: cores // jobs). ``log_to``: dashboards, each cell a run named
     after it (its variant, depth, lr, warm-up and seed); TensorBoard's in
     ``out_dir/tb/<cell>`` (or ``log_to.dir/<cell>``), so that ``tensorboard --logdir
-    out_dir/tb`` lists the cells as runs.
+    out_dir/tb`` lists the cells as runs. ``plan``: called once, after every check and
+    before the first cell trains, with the estimated seconds and what the work is.
     """
     check_backend(jobs, backend, scheduler, connect_timeout)
     if cfg.data is not None:  # every cell reads it: refused here, before any directory
@@ -414,11 +428,11 @@ def run_experiment(
     ):
         os.makedirs(os.path.join(out_dir, "runs"), exist_ok=True)
         return _run_experiment(cfg, out_dir, jobs, backend, scheduler, connect_timeout,
-                               progress, threads, log_to)  # fmt: skip
+                               progress, threads, log_to, plan)  # fmt: skip
 
 
 def _run_experiment(cfg, out_dir, jobs, backend, scheduler, connect_timeout, progress, threads,
-                    log_to):  # fmt: skip
+                    log_to, plan):  # fmt: skip
     cells = cfg.cells(out_dir)
     corpus = load_corpus(cfg.data, cfg.block_size)  # every cell's text, refused before any trains
     for _, c in cells:  # a cell trained before with other settings is refused, never mixed in
@@ -440,9 +454,13 @@ def _run_experiment(cfg, out_dir, jobs, backend, scheduler, connect_timeout, pro
         project = f"resgrad-{cfg.name}" if log_to.project == LogConfig().project else log_to.project
         points = [(c, log_to.cell(n, out_dir, project)) for n, c in cells]
         job = _run_logged_cell
+    workers = 1 if backend == "dask" else (jobs or os.cpu_count() or 1)
+    seconds = cfg.seconds(corpus.tokenizer.vocab_size, workers)
+    work = f"{len(cells)} runs of {cfg.max_iters} steps"
     grid = run_grid(list(zip(keys, points)), job, side, jobs=jobs,
                     backend=backend, scheduler=scheduler, connect_timeout=connect_timeout,
                     progress=progress, desc=f"experiment {cfg.name}",
+                    ready=plan and plan_left(plan, seconds, work, "runs"),
                     threads=threads)  # fmt: skip
     rows = [r for k in keys for r in grid.done[k]]
     summary = summarize(rows)

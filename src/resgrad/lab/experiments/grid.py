@@ -337,6 +337,7 @@ def run_grid(
     client=None,
     say: Callable[[str], None] | None = None,
     check: Callable[[str, list[dict]], str | None] | None = None,
+    ready: Callable[[int, int], None] | None = None,
 ) -> GridResult:
     """Run ``job`` on every (key, point) not already in the sidecar file ``side``.
 
@@ -351,6 +352,8 @@ def run_grid(
     ``check(key, rows)``: why a finished point's rows can no longer be trusted (a file
     they were measured on changed), or None; such a point, and a sidecar line that fails
     its seal, is measured again, said to ``say`` (default: a line on stderr).
+    ``ready(left, total)``: called once everything is checked (the scheduler reached, the
+    sidecar read), before the first point runs, with the points left to run and all of them.
     """
     say = say or (lambda s: print(s, file=sys.stderr))
     jobs = check_backend(jobs, backend, scheduler, connect_timeout)
@@ -362,6 +365,8 @@ def run_grid(
         todo = [(k, p) for k, p in points if k not in done]
         resumed = len(points) - len(todo)
         disable = None if progress is None else not progress  # None: only on a terminal
+        if ready is not None:
+            ready(len(todo), len(points))
         if todo and not os.path.exists(side):
             atomic_write_text(side, _SIDECAR_HEADER)
         with (

@@ -18,7 +18,7 @@ import math
 import os
 import shutil
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -34,7 +34,7 @@ from resgrad.lab.lesion.tables import summary as lesion_summary
 from resgrad.lab.paths.exact import path_table
 from resgrad.lab.paths.study import PathsStudy
 from resgrad.lab.robustness.levels import ModelKey, Trajectory
-from resgrad.lab.study.budget import FLOPS_PER_S, format_seconds, refuse_over_budget
+from resgrad.lab.study.budget import format_seconds, plan_left, refuse_over_budget
 from resgrad.lab.study.protocol import every_checkpoint
 from resgrad.nn.model import MAX_ALPHA, VARIANTS
 from resgrad.train.config import TrainConfig
@@ -53,8 +53,10 @@ __all__ = [
 
 SCHEMES = ("pre-ln", "post-ln", "deepnorm", "rezero", "residual")
 # the question the study answers, in one line (its command's help)
-QUESTION = ("at equal validation loss, does a model whose gradient travels shorter paths lose "
-            "less when a block is deleted?")
+QUESTION = (
+    "at equal validation loss, does a model whose gradient travels shorter paths lose "
+    "less when a block is deleted?"
+)
 BUDGET_S = 3600.0  # a study estimated longer than this is refused unless asked for
 # the levels are chosen in the lowest half of the range every model reaches: the upper half
 # lies near the loss at initialization, where the models differ by their init alone
@@ -183,17 +185,15 @@ class RobustnessConfig:
     def seconds(self, vocab_size: int, jobs: int) -> float:
         """An estimate of the whole study on ``jobs`` workers: their start-up
         (:data:`WORKER_START_S`, in parallel), then each model's fixed cost
-        (:data:`MODEL_S`), its training (3 x a forward's flops a step, and a per-block
-        overhead) and its studies at every kept checkpoint, shared among the workers.
-        Within a factor of 2 of the measured time: ``benchmarks/bench_estimates.py``."""
+        (:data:`MODEL_S`), its training (:meth:`TrainConfig.seconds`) and its studies at
+        every kept checkpoint, shared among the workers. Within a factor of 2 of the
+        measured time: ``benchmarks/bench_estimates.py``."""
         total = 0.0
         paths, lesion = self.studies()
         for _, c, _ in self.cells("."):
             g = c.gpt_config(vocab_size)
-            B, T, C, L, V = c.batch_size, c.block_size, c.n_embd, c.n_layer, vocab_size
-            step = 3 * (L * (24 * B * T * C * C + 4 * B * T * T * C) + 2 * B * T * C * V)
             kept = c.max_iters // c.keep_every + 2
-            total += MODEL_S + c.max_iters * (step / FLOPS_PER_S + 2e-3 * L)
+            total += MODEL_S + c.seconds(vocab_size)
             total += paths.cost(g, kept).seconds + lesion.cost(g, kept).seconds
         return WORKER_START_S + total / max(jobs, 1)
 
@@ -274,7 +274,8 @@ def _stale_rows(out_dir: str):
 def run_cells(cfg: RobustnessConfig, out_dir: str, *, jobs: int | None = None,
               backend: str = "loky", scheduler: str | None = None,
               connect_timeout: float = 5.0, progress: bool | None = None,
-              threads: int | None = None, budget: float = math.inf) -> list[dict]:  # fmt: skip
+              threads: int | None = None, budget: float = math.inf,
+              plan: Callable[[float, str], None] | None = None) -> list[dict]:  # fmt: skip
     """Every model of ``cfg`` trained into ``out_dir/runs`` and read at every kept checkpoint,
     as rows (:data:`ROW_FIELDS`), in the cells' order. A model finished before, with the
     same settings and text, is not trained or read again (its rows are in the grid's
@@ -282,7 +283,8 @@ def run_cells(cfg: RobustnessConfig, out_dir: str, *, jobs: int | None = None,
     with other settings is refused, as are a study estimated over ``budget`` seconds, a text
     of one character and an out-dir holding files no study wrote, before any model trains.
     One study at a time writes ``out_dir`` (its lock); one refused before a model finished
-    leaves no out-dir behind.
+    leaves no out-dir behind. ``plan``: called once, after every check (the scheduler
+    reached) and before the first model trains, with the estimated seconds and the work.
 
     Raises
     ------
@@ -308,9 +310,9 @@ def run_cells(cfg: RobustnessConfig, out_dir: str, *, jobs: int | None = None,
     cells = cfg.cells(out_dir)
     workers = check_backend(jobs, backend, scheduler, connect_timeout)
     seconds = cfg.seconds(V, 1 if backend == "dask" else workers)
-    refuse_over_budget(seconds, budget, f"this study ({len(cells)} models)",
-                       f"{len(cells)} models of {cfg.max_iters} steps, each read at "
-                       f"{cfg.max_iters // cfg.keep_every + 1} checkpoints",
+    work = (f"{len(cells)} models of {cfg.max_iters} steps, each read at "
+            f"{cfg.max_iters // cfg.keep_every + 1} checkpoints")  # fmt: skip
+    refuse_over_budget(seconds, budget, f"this study ({len(cells)} models)", work,
                        "pass --budget {seconds} to allow it, or ask for fewer models or "
                        "steps")  # fmt: skip
     for _, c, _ in cells:  # a model trained before with other settings: refused, never mixed
@@ -328,7 +330,8 @@ def run_cells(cfg: RobustnessConfig, out_dir: str, *, jobs: int | None = None,
         grid = run_grid(list(zip(keys, points)), measure_cell, side, jobs=jobs,
                         backend=backend, scheduler=scheduler, connect_timeout=connect_timeout,
                         progress=progress, desc=f"robustness (about {format_seconds(seconds)})",
-                        threads=threads, check=_stale_rows(out_dir))  # fmt: skip
+                        threads=threads, check=_stale_rows(out_dir),
+                        ready=plan and plan_left(plan, seconds, work, "models"))  # fmt: skip
         # the text the studies read, so that a point can be read again with resgrad paths
         atomic_write_text(os.path.join(out_dir, "validation.txt"), validation_text(corpus.text))
     return [r for k in keys for r in grid.done[k]]

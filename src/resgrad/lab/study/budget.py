@@ -20,6 +20,7 @@ __all__ = [
     "format_seconds",
     "lesson_work",
     "model_work",
+    "plan_left",
     "refuse_over_budget",
     "require_time",
     "work_bar",
@@ -82,6 +83,18 @@ def lesson_work(
     ``samples`` Veit paths per k each: a branch VJP is two (B, C) x (C, C) matmuls."""
     vjp_s = LESSON_VJP_OVERHEAD_S + 4 * batch * width * width / FLOPS_PER_S
     return _work(depth, residual, vjp_s, 2 * depth * vjp_s, chains, samples)
+
+
+def plan_left(plan, seconds: float, work: str, unit: str):
+    """A grid's ``ready(left, total)`` that tells ``plan`` the seconds and the work of the
+    points left (a resumed grid: ``left of total`` ``unit``), and nothing when none is."""
+
+    def ready(left: int, total: int) -> None:
+        if left:
+            what = work if left == total else f"{left} of {total} {unit} left; {work}"
+            plan(seconds * left / total, what)
+
+    return ready
 
 
 def format_seconds(t: float) -> str:
