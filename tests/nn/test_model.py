@@ -296,7 +296,7 @@ def test_a_rezero_alpha_the_scheme_cannot_take_is_refused(kw, match):
     "kw, match",
     [
         (dict(variant="pre-ln", ln_scaling_power=0.5), "ln_scaling_power 0.5 is ln-scaling's "
-         "exponent; variant 'pre-ln' has none \\(expected None\\)"),
+         "exponent; variant 'pre-ln' has none \\(expected it unset\\)"),
         (dict(variant="rezero", ln_scaling_power=0.0), "variant 'rezero' has none"),
         (dict(variant="ln-scaling", ln_scaling_power=-0.1),
          r"ln_scaling_power must be a number in \[0, 1\], got -0.1"),

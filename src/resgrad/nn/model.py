@@ -125,7 +125,7 @@ class GPTConfig:
         p = self.ln_scaling_power
         if p is not None and self.variant != "ln-scaling":
             raise ValueError(f"ln_scaling_power {p!r} is ln-scaling's exponent; variant "
-                             f"{self.variant!r} has none (expected None)")  # fmt: skip
+                             f"{self.variant!r} has none (expected it unset)")  # fmt: skip
         if self.variant == "ln-scaling":
             if p is None:
                 object.__setattr__(self, "ln_scaling_power", LN_SCALING_POWER)  # the paper's
