@@ -6,19 +6,19 @@ F = 4C (MLP hidden width), L = n_layer.
 A block is two sublayers, attention then MLP, each f: (B, T, C) -> (B, T, C),
 wrapped in the residual scheme the config names (``cfg.variant``):
 
-=============  =====================================  ==========================
-scheme         one sublayer step, x -> out            the backward's + x path
-=============  =====================================  ==========================
-``pre-ln``     out = x + f(ln(x))          (GPT-2)     dx = dout + df
-``post-ln``    out = ln(x + f(x))    (Vaswani 2017)    dx = ds + df, ds = dln(dout)
-``none``       out = f(ln(x))   (pre-ln minus + x)     dx = df: no identity path
-``residual``   out = x + f(x)          (no norm)       dx = dout + df
-``rezero``     out = x + alpha * f(x)  (Bachlechner    dx = dout + df, df through
-               et al. 2020, alpha starts at 0)         alpha * dout
-``deepnorm``   out = ln(alpha * x + f(x))  (DeepNet)   dx = alpha * ds + df
-``ln-scaling`` out = x + f(s * ln(x)),  s = l^-p       dx = dout + df, df through
-               (Sun et al. 2025)                       dh = s * dhs
-=============  =====================================  ==========================
+==============  =====================================  ==========================
+scheme          one sublayer step, x -> out            the backward's + x path
+==============  =====================================  ==========================
+``pre-ln``      out = x + f(ln(x))          (GPT-2)     dx = dout + df
+``post-ln``     out = ln(x + f(x))    (Vaswani 2017)    dx = ds + df, ds = dln(dout)
+``none``        out = f(ln(x))   (pre-ln minus + x)     dx = df: no identity path
+``residual``    out = x + f(x)          (no norm)       dx = dout + df
+``rezero``      out = x + alpha * f(x)  (Bachlechner    dx = dout + df, df through
+                et al. 2020, alpha starts at 0)         alpha * dout
+``deepnorm``    out = ln(alpha * x + f(x))  (DeepNet)   dx = alpha * ds + df
+``ln-scaling``  out = x + f(s * ln(x)),  s = l^-p       dx = dout + df, df through
+                (Sun et al. 2025)                       dh = s * dhs
+==============  =====================================  ==========================
 
 Every ``+ x`` fan-out goes through :func:`resgrad.nn.residual.residual_backward`,
 ``dx = dout + df``: the residual core is the centre of every scheme but ``none``.
