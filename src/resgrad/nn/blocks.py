@@ -86,8 +86,7 @@ __all__ = [
 
 VARIANTS = ("pre-ln", "post-ln", "none", "residual", "rezero", "deepnorm", "ln-scaling")
 INITS = ("gpt2", "xavier")
-# schemes whose blocks hold ln1, ln2
-BLOCK_LN = ("pre-ln", "post-ln", "none", "deepnorm", "ln-scaling")
+BLOCK_LN = ("pre-ln", "post-ln", "none", "deepnorm", "ln-scaling")  # blocks holding ln1, ln2
 FINAL_LN = ("pre-ln", "none", "ln-scaling")  # schemes whose model ends in ln_f before the LM head
 PRE_LN = ("pre-ln", "none", "ln-scaling")  # schemes whose LayerNorm is inside the branch, f(ln(x))
 SUBLAYERS = ("attn", "mlp")  # in order; sublayer i is normalized by ln{i+1}
@@ -204,8 +203,7 @@ def init_block_params(
 class StepCache(NamedTuple):
     """One sublayer inside its residual scheme."""
 
-    ln: LayerNormCache | None  # before f (pre-ln, none, ln-scaling), after the sum (post-ln,
-    # deepnorm)
+    ln: LayerNormCache | None  # before f (PRE_LN's schemes), after the sum (post-ln, deepnorm)
     sub: AttentionCache | MlpCache  # the sublayer f itself
     f: np.ndarray | None  # (B, T, C) f's output, kept by rezero for dalpha
 
