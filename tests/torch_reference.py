@@ -33,10 +33,12 @@ def build(torch, cfg, params: dict[str, np.ndarray]):
         return nn.LayerNorm(C, eps=cfg.ln_eps, bias=cfg.bias, dtype=dtype)
 
     class Block(nn.Module):
-        def __init__(self):
+        def __init__(self, depth):
             super().__init__()
             v = cfg.variant
-            self.ln1 = ln() if v in ("pre-ln", "post-ln", "none", "deepnorm") else None
+            self.ln1 = ln() if v not in ("residual", "rezero") else None  # those have no norm
+            # LayerNorm Scaling (Sun et al. 2025): the l-th block's norms' outputs over l^p
+            self.depth = depth  # l, 1-based
             self.ln2 = ln() if self.ln1 is not None else None
             self.attn = nn.MultiheadAttention(C, H, bias=cfg.bias, batch_first=True, dtype=dtype)
             self.fc = nn.Linear(C, 4 * C, bias=cfg.bias, dtype=dtype)
@@ -68,6 +70,8 @@ def build(torch, cfg, params: dict[str, np.ndarray]):
                     x = x + self.alpha * f(x)
                 elif v == "deepnorm":
                     x = norm(alpha_deep * x + f(x))
+                elif v == "ln-scaling":
+                    x = x + f(norm(x) / self.depth**cfg.ln_scaling_power)
                 else:
                     raise ValueError(v)
             return x
@@ -77,8 +81,8 @@ def build(torch, cfg, params: dict[str, np.ndarray]):
             super().__init__()
             self.wte = nn.Embedding(cfg.vocab_size, C, dtype=dtype)
             self.wpe = nn.Embedding(cfg.block_size, C, dtype=dtype)
-            self.blocks = nn.ModuleList(Block() for _ in range(cfg.n_layer))
-            self.ln_f = ln() if cfg.variant in ("pre-ln", "none") else None
+            self.blocks = nn.ModuleList(Block(depth) for depth in range(1, cfg.n_layer + 1))
+            self.ln_f = ln() if cfg.variant in ("pre-ln", "none", "ln-scaling") else None
 
         def forward(self, idx, targets=None, ignore_index=-100):
             T = idx.shape[1]

@@ -41,6 +41,23 @@ def test_flow_json_is_the_librarys_records(capsys):
     assert data == want
 
 
+def test_flow_of_ln_scaling_is_the_librarys_and_not_pre_lns(capsys):
+    """At initialization (the paper's p = 1/2, no scaled init): the library's records, and
+    a stream gradient other than pre-ln's."""
+    out = _json_flow(capsys, ["--variant", "ln-scaling,pre-ln"])
+    cfgs = [FlowConfig(variant=v, depth=3, width=16, heads=2, seq=4, batch=2)
+            for v in ("ln-scaling", "pre-ln")]  # fmt: skip
+    assert out == [r.as_dict() for c in cfgs for r in measure(c)]
+    grads = {v: [r["mean"] for r in out if r["variant"] == v and r["quantity"] == "stream_grad"]
+             for v in ("ln-scaling", "pre-ln")}  # fmt: skip
+    assert len(grads["pre-ln"]) == 4 and grads["ln-scaling"] != grads["pre-ln"]
+
+
+def _json_flow(capsys, args):
+    assert main(["flow", *args, *SIZES, "--format", "json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
 def test_flow_csv_and_table(capsys):
     assert main(["flow", "--variant", "post-ln", *SIZES, "--format", "csv", "--loss", "randn"]) == 0
     rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))

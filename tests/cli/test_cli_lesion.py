@@ -3,6 +3,7 @@ nanoGPT ckpt.pt, one run or several, through training: the numbers are the libra
 input is one line and exit 2, before any work."""
 
 import csv
+import dataclasses
 import io
 import json
 import pickle
@@ -103,6 +104,20 @@ def test_a_run_directory_is_studied_on_the_seeds_windows(tmp_path, text_file, ca
     table = capsys.readouterr().out
     assert "block 1 " in table and "swap 1,2" in table and "block 0" not in table
     assert "ΔCE" in table and "mean ± std over 3 seed(s)" in table
+
+
+def test_an_ln_scaling_run_is_studied_with_its_own_power(tmp_path, text_file, capsys):
+    cfg = dataclasses.replace(CFG, variant="ln-scaling", ln_scaling_power=0.3)
+    m = _run_dir(tmp_path / "run", cfg=cfg)
+    out = _json(capsys, ["lesion", str(tmp_path / "run"), "--text", text_file, *SMALL,
+                         "--what", "block,swap", "--format", "json"])  # fmt: skip
+    assert "run (ln-scaling, L=3, C=8)" in out["source"]
+    ids = CharTokenizer(CHARS).encode(TEXT)
+    lesions = lesion.plan(3, what=("block", "swap"))
+    want = lesiontables.rows(lesionstudy.model_study(m, ids, lesions, 8, 2, (0, 1, 2)))
+    assert [r["name"] for r in out["rows"]] == [r.name for r in want]
+    for got, r in zip(out["rows"], want):
+        assert got["ce"] == pytest.approx(r.get("ce")[0], rel=1e-12)
 
 
 def test_a_hugging_face_directory_and_a_nanogpt_ckpt(torch, tmp_path, text_file, capsys):

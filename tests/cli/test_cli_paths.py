@@ -2,6 +2,7 @@
 nanoGPT ckpt.pt: the numbers are the library's, bad input is one line and exit 2."""
 
 import csv
+import dataclasses
 import io
 import json
 import math
@@ -75,6 +76,26 @@ def test_a_run_directory_is_split_on_the_seeds_windows(tmp_path, text_file, caps
                                    rtol=1e-10)  # fmt: skip
         np.testing.assert_allclose(np.sum(b["share_proj"]), 1.0, rtol=1e-12)
     assert any(r["share_proj_std"] > 0 for r in out["rows"])  # two batches differ
+
+
+def test_an_ln_scaling_run_is_split_with_its_own_power(tmp_path, text_file, capsys):
+    """The run's recorded ln_scaling_power reaches the split: the numbers are those of the
+    model at that power, not of the same weights at the paper's 0.5."""
+    cfg = dataclasses.replace(CFG, variant="ln-scaling", ln_scaling_power=0.3)
+    m = GPT(cfg, seed=2, dtype=np.float32)
+    (tmp_path / "run").mkdir()
+    ckpt = Checkpoint(params=m.params, optimizer={}, iteration=0, vocab=CHARS,
+                      config={"model": {**cfg.__dict__}, "train": {}})  # fmt: skip
+    save_checkpoint(tmp_path / "run" / "last.ckpt", ckpt)
+    out = _json(capsys, ["paths", str(tmp_path / "run"), "--text", text_file, "--seq", "8",
+                         "--batch", "2", "--seeds", "1", "--format", "json"])  # fmt: skip
+    assert "(ln-scaling, L=2, C=8)" in out["source"]
+    ids = CharTokenizer(CHARS).encode(TEXT)
+    (want,) = paths.model_splits(m, ids, seq=8, batch=2, seeds=(0,))
+    half = GPT.from_params(dataclasses.replace(cfg, ln_scaling_power=0.5), m.params)
+    (other,) = paths.model_splits(half, ids, seq=8, batch=2, seeds=(0,))
+    np.testing.assert_allclose(out["boundaries"][0]["norms"], want.norms[0], rtol=1e-10)
+    assert np.abs(other.norms[0] - want.norms[0]).max() > 1e-3 * want.norms[0].max()
 
 
 def test_a_hugging_face_directory(tmp_path, text_file, capsys):

@@ -13,6 +13,8 @@ import re
 import numpy as np
 import pytest
 
+from resgrad.cli import main
+from resgrad.formats.checkpoint import Checkpoint, save_checkpoint
 from resgrad.formats.hf import HF_NAMES, export_hf, gpt_from_state, load_hf, nanogpt_state_to_params
 from resgrad.nn.model import GPT, GPTConfig
 from resgrad.train.sample import generate
@@ -369,11 +371,31 @@ def test_only_pytorch_model_bin_says_how_to_convert(tmp_path):
     _one_line_error(d, "has no model.safetensors")
 
 
-@pytest.mark.parametrize("variant", ["post-ln", "none", "residual", "rezero", "deepnorm"])
+@pytest.mark.parametrize(
+    "variant", ["post-ln", "none", "residual", "rezero", "deepnorm", "ln-scaling"]
+)
 def test_exporting_a_non_pre_ln_model_is_refused(tmp_path, variant):
     cfg = GPTConfig(vocab_size=20, block_size=8, n_layer=1, n_head=2, n_embd=8, variant=variant)
     with pytest.raises(ValueError, match=f"cannot export variant '{variant}' as GPT-2"):
         export_hf(GPT(cfg), tmp_path / "x")
+    assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize("power", [0.0, 0.5])
+def test_exporting_ln_scaling_is_refused_by_name_in_one_line(tmp_path, capsys, power):
+    """Even at p = 0 (pre-ln's function): neither transformers nor nanoGPT has the model;
+    from a run's checkpoint, ``resgrad export`` says so in one line, exit 2, nothing written."""
+    cfg = GPTConfig(vocab_size=20, block_size=8, n_layer=2, n_head=2, n_embd=8,
+                    variant="ln-scaling", ln_scaling_power=power)  # fmt: skip
+    m = GPT(cfg)
+    (tmp_path / "run").mkdir()
+    ckpt = Checkpoint(params=m.params, optimizer={}, iteration=0, vocab="abcdefghij klmnopqrs",
+                      config={"model": {**cfg.__dict__}, "train": {}})  # fmt: skip
+    save_checkpoint(tmp_path / "run" / "last.ckpt", ckpt)
+    code = main(["export", "--checkpoint", str(tmp_path / "run"), "--out-dir", str(tmp_path / "x")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1, err
+    assert "cannot export variant 'ln-scaling' as GPT-2: transformers' GPT-2 and nanoGPT" in err[0]
     assert not (tmp_path / "x").exists()
 
 

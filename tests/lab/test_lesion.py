@@ -3,6 +3,7 @@ it (transformers lesioned the torch way, resgrad's own GPT with weights zeroed, 
 reordered), the metrics against a hand computation, the statistics, the refusals."""
 
 import copy
+import dataclasses
 import math
 
 import numpy as np
@@ -66,7 +67,7 @@ def test_deleting_nothing_gives_the_intact_logits_bit_for_bit(variant, dtype):
     assert list(res.values[0, 0, 1:]) == [0.0, 1.0, res.values[0, 0, 3], 0.0]  # dce, agree, kl
 
 
-@pytest.mark.parametrize("variant", ["pre-ln", "residual", "rezero", "none"])
+@pytest.mark.parametrize("variant", ["pre-ln", "residual", "rezero", "none", "ln-scaling"])
 def test_every_branch_deleted_is_the_head_on_the_embeddings(variant):
     """With the skip the identity (or none's deleted step the identity), every branch deleted
     leaves the head applied to the embeddings, through ln_f where the scheme has it."""
@@ -97,7 +98,9 @@ def test_every_branch_deleted_in_a_post_norm_scheme_keeps_each_layernorm(variant
                                x @ P["wte"].T, rtol=1e-13, atol=1e-13)  # fmt: skip
 
 
-@pytest.mark.parametrize("variant", ["pre-ln", "post-ln", "residual", "rezero", "deepnorm"])
+@pytest.mark.parametrize(
+    "variant", ["pre-ln", "post-ln", "residual", "rezero", "deepnorm", "ln-scaling"]
+)
 @pytest.mark.parametrize("branch", ["attn", "mlp"])
 def test_a_deleted_branch_is_its_output_projection_zeroed(variant, branch):
     """Where the scheme has a skip, a deleted branch is the branch made to output 0."""
@@ -142,7 +145,7 @@ def test_a_deleted_block_is_the_model_without_it(variant):
         )
 
 
-@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("variant", [v for v in VARIANTS if v != "ln-scaling"])
 def test_a_swap_is_the_model_with_its_blocks_reordered(variant):
     m = _model(variant, L=4)
     idx = _idx()
@@ -150,6 +153,25 @@ def test_a_swap_is_the_model_with_its_blocks_reordered(variant):
         assert les.order in ((0, 2, 1, 3), (3, 2, 1, 0))
         np.testing.assert_array_equal(lesionstudy.lesioned_logits(m, idx, les),
                                       _renamed(m, les.order).forward(idx)[0])  # fmt: skip
+
+
+def test_an_ln_scaling_block_moved_keeps_its_own_scale():
+    """ln-scaling's 1/l^p is part of block l's function, as its weights are: a swapped
+    block brings it along. The referee: pre-ln blocks reordered, each LayerNorm's gain and
+    bias times its own block's l^-p (s (xhat g + b) = xhat (s g) + s b)."""
+    m = _model("ln-scaling", L=4)
+    idx = _idx()
+    folded = GPT.from_params(dataclasses.replace(m.cfg, variant="pre-ln", ln_scaling_power=None),
+                             {k: v.copy() for k, v in m.params.items()})  # fmt: skip
+    for i in range(4):
+        for k in ("ln1.g", "ln1.b", "ln2.g", "ln2.b"):
+            folded.params[f"blocks.{i}.{k}"] *= (i + 1) ** -0.5
+    for les in (ls.swap_blocks(4, [(1, 2)], "swap"), ls.swap_blocks(4, [(0, 3), (1, 2)])):
+        got = lesionstudy.lesioned_logits(m, idx, les)
+        np.testing.assert_allclose(got, _renamed(folded, les.order).forward(idx)[0],
+                                   rtol=1e-12, atol=1e-12)  # fmt: skip
+        # not the slots' scales: the same weights with each position's l^-p are another model
+        assert np.abs(got - _renamed(m, les.order).forward(idx)[0]).max() > 1e-6
 
 
 # --------------------------------------------------------------------------- the fast path

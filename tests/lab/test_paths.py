@@ -84,7 +84,7 @@ def test_the_split_is_not_trivial(variant):
 
 
 def test_identity_path_is_the_top_gradient_unchanged_where_the_skip_is_the_identity():
-    for variant in ("pre-ln", "residual", "rezero"):
+    for variant in ("pre-ln", "residual", "rezero", "ln-scaling"):
         _, _, chain = _chain(variant)
         sp = paths.split(chain, keep=True)
         assert np.array_equal(sp.parts[0][0], chain.dtop)  # k = 0: no weight matrix passed
@@ -92,6 +92,19 @@ def test_identity_path_is_the_top_gradient_unchanged_where_the_skip_is_the_ident
     # post-ln's identity path passes the LayerNorms: not the top gradient
     _, _, chain = _chain("post-ln")
     assert not np.allclose(paths.split(chain, keep=True).parts[0][0], chain.dtop)
+
+
+def test_a_chain_that_forgets_ln_scalings_factor_does_not_sum_to_the_gradient(monkeypatch):
+    """ln-scaling's branch is f(s ln(x)), s = l^-p: its VJP must pass s; a chain built
+    as if s were 1 (pre-ln's) splits another model's gradient, and the sum says so."""
+    real = pathchains._gpt_step
+
+    def unscaled(c, p, i, variant, alpha, names):
+        return real(c, p, i, variant, 1.0, names)
+
+    monkeypatch.setattr(pathchains, "_gpt_step", unscaled)
+    _, _, chain = _chain("ln-scaling", n_layer=3)
+    assert paths.split(chain).sum_errors[0] > 1e-2
 
 
 def test_none_puts_everything_at_k_equal_2L():

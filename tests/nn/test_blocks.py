@@ -36,9 +36,9 @@ def _block(variant, seed=0, **kw):
     return cfg, params, x
 
 
-def _reference(variant, x, P, cfg):
+def _reference(variant, x, P, cfg, layer=1):
     """The scheme's formula written out with the layer functions, forward only."""
-    p = "blocks.1"
+    p = f"blocks.{layer}"
 
     def ln(i, h):
         return L.layernorm_forward(h, P[f"{p}.ln{i}.g"], P.get(f"{p}.ln{i}.b"), cfg.ln_eps)[0]
@@ -68,6 +68,10 @@ def _reference(variant, x, P, cfg):
         al = P[f"{p}.alpha"][0]
         x = x + al * attn(x)
         return x + al * mlp(x)
+    if variant == "ln-scaling":  # block i is at depth l = i + 1: each norm's output / l^p
+        s = 1.0 / (layer + 1) ** cfg.ln_scaling_power
+        x = x + attn(s * ln(1, x))
+        return x + mlp(s * ln(2, x))
     x = ln(1, a * x + attn(x))  # deepnorm
     return ln(2, a * x + mlp(x))
 
@@ -120,7 +124,7 @@ def test_parameter_names_per_scheme():
     core = {"attn.w_qkv", "attn.b_qkv", "attn.w_proj", "attn.b_proj"}
     core |= {"mlp.w_fc", "mlp.b_fc", "mlp.w_proj", "mlp.b_proj"}
     lns = {"ln1.g", "ln1.b", "ln2.g", "ln2.b"}
-    for v in ("pre-ln", "post-ln", "none", "deepnorm"):
+    for v in ("pre-ln", "post-ln", "none", "deepnorm", "ln-scaling"):
         assert leaves(v) == core | lns
     assert leaves("residual") == core
     assert leaves("rezero") == core | {"alpha"}
@@ -182,6 +186,68 @@ def test_deepnorm_block_uses_alpha_on_the_skip_path():
     cfg, P, x = _block("deepnorm")
     _, c = Bk.block_forward(x, P, "blocks.1", cfg)
     assert c.alpha == pytest.approx((2 * 3) ** 0.25)
+
+
+@pytest.mark.parametrize("power", [0.0, 0.25, 0.5, 1.0])
+def test_ln_scaling_scales_each_norm_output_by_its_depth(power):
+    """Block l (1-based) multiplies both its LayerNorm outputs by l^-p: at block 3 of 3,
+    1/sqrt(3) for the paper's p = 1/2, and its float64 check passes at every p."""
+    cfg = _cfg("ln-scaling", ln_scaling_power=power)
+    rng = np.random.default_rng(2)
+    P = Bk.init_block_params(cfg, 2, rng, np.float64)
+    randomize_params(P, rng)
+    x = rng.standard_normal((2, 4, 6))
+    out, c = Bk.block_forward(x, P, "blocks.2", cfg)
+    assert c.alpha == pytest.approx(3.0**-power, rel=1e-15)
+    assert Bk.ln_scale(2, 0.5) == pytest.approx(1 / np.sqrt(3), rel=1e-15)
+    np.testing.assert_allclose(out, _reference("ln-scaling", x, P, cfg, 2), rtol=1e-13, atol=1e-13)
+    dout = rng.standard_normal(out.shape)
+    dx, g = Bk.block_backward(dout, c)
+    r = compare(f"ln-scaling p={power}", lambda **_: Bk.block_forward(x, P, "blocks.2", cfg)[0],
+                {"x": x, **P}, {"x": dx, **g}, dout=dout)  # fmt: skip
+    assert r.passed and r.max_error < RTOL, r.row()
+
+
+def test_ln_scaling_at_power_0_is_pre_ln_exactly_on_the_same_params():
+    cfg, P, x = _block("ln-scaling", seed=4, ln_scaling_power=0.0)
+    pre = dataclasses.replace(cfg, variant="pre-ln", ln_scaling_power=None)
+    out, c = Bk.block_forward(x, P, "blocks.1", cfg)
+    out_pre, c_pre = Bk.block_forward(x, P, "blocks.1", pre)
+    np.testing.assert_array_equal(out, out_pre)
+    dout = np.random.default_rng(5).standard_normal(out.shape)
+    (dx, g), (dx_pre, g_pre) = Bk.block_backward(dout, c), Bk.block_backward(dout, c_pre)
+    np.testing.assert_array_equal(dx, dx_pre)
+    assert g.keys() == g_pre.keys()
+    for k in g:
+        np.testing.assert_array_equal(g[k], g_pre[k], err_msg=k)
+    half = dataclasses.replace(cfg, ln_scaling_power=0.5)  # not vacuous: p > 0 differs
+    assert np.abs(Bk.block_forward(x, P, "blocks.1", half)[0] - out).max() > 1e-3
+
+
+def test_a_backward_that_forgets_the_scale_fails_the_ln_scaling_check(monkeypatch):
+    real = Bk._step_backward
+
+    def unscaled(i, dout, c, p, variant, alpha, grads):  # the backward without d(s h) = s dh
+        return real(i, dout, c, p, variant, 1.0, grads)
+
+    monkeypatch.setattr(Bk, "_step_backward", unscaled)
+    (r,) = block_checks(seed=0, variants=("ln-scaling",))
+    assert not r.passed and r.max_error > 1e-2, r.row()
+
+
+def test_ln_scaling_drops_the_scaled_init_of_the_residual_projections():
+    """Sun et al. 2025: no 1/sqrt(2L) on attn.w_proj and mlp.w_proj; the rest as pre-ln."""
+    kw = dict(n_layer=8, n_head=4, n_embd=256)
+    pre = Bk.init_block_params(GPTConfig(**kw), 3, np.random.default_rng(1), np.float64)
+    lns = Bk.init_block_params(GPTConfig(variant="ln-scaling", **kw), 3,
+                               np.random.default_rng(1), np.float64)  # fmt: skip
+    assert pre.keys() == lns.keys()
+    for k in pre:
+        if k.endswith("w_proj"):
+            np.testing.assert_allclose(lns[k], pre[k] * np.sqrt(2 * 8), rtol=1e-12)
+            assert lns[k].std() == pytest.approx(0.02, rel=0.03)
+        else:
+            np.testing.assert_array_equal(lns[k], pre[k])
 
 
 def test_rezero_starts_as_the_identity_and_only_alpha_learns_first():
@@ -268,7 +334,7 @@ def test_a_residual_that_forgets_the_identity_path_fails_the_block_check(monkeyp
     rows = block_checks(seed=0, variants=("pre-ln", "residual"))
     for r in rows:
         assert not r.passed and r.max_error > 1e-2, r.row()
-        assert r.worst.startswith(("x[", "blocks.0.ln1", "blocks.0.attn")), r.row()
+        assert r.worst.startswith(("x[", "blocks.1.ln1", "blocks.1.attn")), r.row()
 
 
 def test_float32_block_stays_float32():

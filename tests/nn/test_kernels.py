@@ -327,3 +327,44 @@ def test_a_command_refuses_a_switch_it_cannot_read(monkeypatch, capsys, tmp_path
     assert err == ("resgrad depth: error: RESGRAD_KERNELS='off'; expected 0 (NumPy's passes, "
                    "the reference) or 1 (the compiled kernels)")  # fmt: skip
     assert not list(tmp_path.iterdir())  # refused before any work
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_an_ln_scaling_model_on_the_kernels_stays_within_the_numpy_passes(
+    dtype, numpy_passes, monkeypatch
+):
+    """ln-scaling's l^-p multiplies the LayerNorm kernel's output and the gradient it is
+    given: the kernels' model and the reference (RESGRAD_KERNELS=0) are the same model."""
+    from resgrad.nn.model import GPT, GPTConfig
+    from resgrad.verify.selfcheck import randomize_params
+
+    cfg = GPTConfig(vocab_size=11, block_size=8, n_layer=3, n_head=2, n_embd=16,
+                    variant="ln-scaling")  # fmt: skip
+    m = GPT(cfg, seed=0, dtype=dtype)
+    randomize_params(m.params, np.random.default_rng(1))
+    idx = np.random.default_rng(2).integers(0, 11, (2, 8))
+
+    ran, real = [], kernels.layernorm_forward
+
+    def spy(*a):  # did the LayerNorm kernel compute, or leave it to NumPy (None)?
+        out = real(*a)
+        ran.append(out is not None)
+        return out
+
+    monkeypatch.setattr(kernels, "layernorm_forward", spy)
+
+    def run():
+        ran.clear()
+        _, loss, cache = m.forward(idx[:, :-1], idx[:, 1:])
+        return loss, m.backward(cache), list(ran)
+
+    loss, grads, on = run()
+    numpy_passes()
+    loss_ref, grads_ref, off = run()
+    assert on == [True] * 7 and off == [False] * 7  # 2 norms a block and ln_f, each pass
+    tol = 1e-12 if dtype == np.float64 else 1e-5
+    assert abs(loss - loss_ref) <= tol * abs(loss_ref)
+    for k in grads_ref:
+        err = np.linalg.norm(grads[k] - grads_ref[k]) / np.linalg.norm(grads_ref[k])
+        assert err <= tol, (k, err)
+        assert grads[k].dtype == dtype

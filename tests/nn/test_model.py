@@ -33,8 +33,8 @@ def test_whole_gpt_with_dropout_in_training_checks_too(check_rows):
 
 
 def _model(variant="pre-ln", dtype=np.float64, seed=0, **kw):
-    cfg = GPTConfig(**{**dict(vocab_size=7, block_size=6, n_layer=2, n_head=2, n_embd=6), **kw})
-    cfg = dataclasses.replace(cfg, variant=variant)
+    base = dict(vocab_size=7, block_size=6, n_layer=2, n_head=2, n_embd=6)
+    cfg = GPTConfig(**{**base, **kw, "variant": variant})
     return GPT(cfg, seed=seed, dtype=dtype)
 
 
@@ -82,7 +82,7 @@ def test_config_defaults_and_frozen():
     assert cfg.activation == "gelu-tanh"  # GPT-2's form: every model before the field had it
     with pytest.raises(dataclasses.FrozenInstanceError):
         cfg.n_layer = 3
-    assert VARIANTS == ("pre-ln", "post-ln", "none", "residual", "rezero", "deepnorm")
+    assert VARIANTS == ("pre-ln", "post-ln", "none", "residual", "rezero", "deepnorm", "ln-scaling")
     assert INITS == ("gpt2", "xavier")
 
 
@@ -92,7 +92,7 @@ def test_config_defaults_and_frozen():
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_parameters_are_flat_named_and_counted(variant):
     m = _model(variant)
-    final = variant in ("pre-ln", "none")
+    final = variant in ("pre-ln", "none", "ln-scaling")
     assert ("ln_f.g" in m.params) == final and ("ln_f.b" in m.params) == final
     assert "lm_head" not in " ".join(m.params)  # tied to wte
     assert m.params["wte"].shape == (7, 6) and m.params["wpe"].shape == (6, 6)
@@ -145,7 +145,7 @@ def test_forward_is_the_list_of_layer_calls(variant):
     for i in range(cfg.n_layer):
         x, _ = block_forward(x, P, f"blocks.{i}", cfg)
         np.testing.assert_array_equal(cache.xs[i + 1], x)
-    if variant in ("pre-ln", "none"):
+    if variant in ("pre-ln", "none", "ln-scaling"):
         x = layernorm_forward(x, P["ln_f.g"], P["ln_f.b"])[0]
     np.testing.assert_allclose(logits, x @ P["wte"].T, rtol=1e-14)
     assert loss == cross_entropy_forward(logits, tgt)[0]
@@ -201,7 +201,7 @@ def test_backward_from_an_explicit_dlogits_and_without_targets():
         m.backward(cache, dlogits[:, :2])
 
 
-@pytest.mark.parametrize("variant", ["pre-ln", "none", "deepnorm"])
+@pytest.mark.parametrize("variant", ["pre-ln", "none", "deepnorm", "ln-scaling"])
 def test_backward_stream_gives_the_gradient_at_every_block_input(variant):
     m = _model(variant, n_layer=3)
     randomize_params(m.params, np.random.default_rng(3))
@@ -290,6 +290,63 @@ def test_a_rezero_alpha_the_scheme_cannot_take_is_refused(kw, match):
     with pytest.raises(ValueError, match=match):
         GPTConfig(**kw)
     GPTConfig(variant="rezero", rezero_alpha=10.0)  # the largest allowed
+
+
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        (dict(variant="pre-ln", ln_scaling_power=0.5), "ln_scaling_power 0.5 is ln-scaling's "
+         "exponent; variant 'pre-ln' has none \\(expected it unset\\)"),
+        (dict(variant="rezero", ln_scaling_power=0.0), "variant 'rezero' has none"),
+        (dict(variant="ln-scaling", ln_scaling_power=-0.1),
+         r"ln_scaling_power must be a number in \[0, 1\], got -0.1"),
+        (dict(variant="ln-scaling", ln_scaling_power=1.5), "got 1.5"),
+        (dict(variant="ln-scaling", ln_scaling_power=True), "got True"),
+        (dict(variant="ln-scaling", ln_scaling_power="0.5"), "got '0.5'"),
+        (dict(variant="ln-scaling", ln_scaling_power=float("nan")), "got nan"),
+    ],
+)  # fmt: skip
+def test_an_ln_scaling_power_the_scheme_cannot_take_is_refused(kw, match):
+    with pytest.raises(ValueError, match=match):
+        GPTConfig(**kw)
+    assert GPTConfig(variant="ln-scaling").ln_scaling_power == 0.5  # unset: the paper's
+    assert GPTConfig(variant="ln-scaling", ln_scaling_power=1).ln_scaling_power == 1
+    assert GPTConfig().ln_scaling_power is None
+
+
+def test_ln_scaling_at_power_0_is_the_pre_ln_model_exactly_on_the_same_params():
+    """The same params (the init rule aside): same logits, loss and every gradient, bit for
+    bit; and the init differs only in the residual projections' 1/sqrt(2L)."""
+    m = _model("ln-scaling", ln_scaling_power=0.0, n_layer=3)
+    pre = _model("pre-ln", n_layer=3)
+    for k in pre.params:
+        same = np.array_equal(m.params[k], pre.params[k])
+        assert same != k.endswith("w_proj"), k  # Sun et al.: no scaled init under ln-scaling
+    randomize_params(m.params, np.random.default_rng(3))
+    pre.params = {k: a.copy() for k, a in m.params.items()}
+    idx, tgt = _batch(m)
+    (lg, loss, c), (lg0, loss0, c0) = m.forward(idx, tgt), pre.forward(idx, tgt)
+    np.testing.assert_array_equal(lg, lg0)
+    assert loss == loss0
+    g, g0 = m.backward(c), pre.backward(c0)
+    for k in g0:
+        np.testing.assert_array_equal(g[k], g0[k], err_msg=k)
+
+
+@pytest.mark.parametrize("power", [0.25, 0.5, 1.0])
+def test_ln_scaling_model_passes_its_check_at_every_power(power):
+    m = _model("ln-scaling", ln_scaling_power=power, n_layer=3)
+    randomize_params(m.params, np.random.default_rng(4))
+    idx, tgt = _batch(m)
+    _, loss, cache = m.forward(idx, tgt)
+    g = m.backward(cache)
+    assert [c.alpha for c in cache.blocks] == pytest.approx([1.0, 2**-power, 3**-power])
+    r = compare(f"ln-scaling {power}", lambda **_: m.forward(idx, tgt)[1], dict(m.params), g,
+                mode="sparse", k=12)  # fmt: skip
+    assert r.passed and r.max_error < RTOL, r.row()
+    pre = _model("pre-ln", n_layer=3)
+    pre.params = m.params
+    assert abs(pre.forward(idx, tgt)[1] - loss) > 1e-4  # not vacuous: the scale changes it
 
 
 # --------------------------------------------------------------------- edge shapes

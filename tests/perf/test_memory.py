@@ -28,6 +28,7 @@ def _peak(fn):
         FlowConfig(variant="pre-ln", depth=8, width=64, seq=16, batch=4),
         FlowConfig(variant="post-ln", depth=4, width=128, heads=4, seq=64, batch=8),
         FlowConfig(variant="rezero", depth=6, width=32, seq=32, batch=2, seeds=(0, 1)),
+        FlowConfig(variant="ln-scaling", depth=8, width=64, seq=64, batch=4),  # + s ln(x)
         FlowConfig(variant="lesson-plain", depth=200, width=64, batch=4),
     ],
     ids=lambda c: c.variant,

@@ -111,3 +111,19 @@ def test_rezero_alpha_reaches_the_model_and_is_refused_for_another_scheme():
     assert TrainConfig(variant="rezero").gpt_config(5).rezero_alpha == 0.0  # Bachlechner's
     with pytest.raises(ValueError, match="rezero_alpha 0.5 is rezero's alpha at initialization"):
         TrainConfig(rezero_alpha=0.5)  # pre-ln has no alpha
+
+
+def test_ln_scaling_power_reaches_the_model_recorded_as_it_trains():
+    from resgrad.train.config import TrainConfig
+
+    assert TrainConfig(variant="ln-scaling").ln_scaling_power == 0.5  # the paper's, recorded
+    assert TrainConfig(variant="ln-scaling").gpt_config(5).ln_scaling_power == 0.5
+    cfg = TrainConfig(variant="ln-scaling", ln_scaling_power=0.25)
+    assert cfg.gpt_config(5).ln_scaling_power == 0.25
+    assert TrainConfig().ln_scaling_power is None
+    with pytest.raises(ValueError, match="ln_scaling_power 0.5 is ln-scaling's exponent"):
+        TrainConfig(ln_scaling_power=0.5)  # pre-ln has no exponent
+    with pytest.raises(ValueError, match=r"ln_scaling_power must be a number in \[0, 1\]"):
+        TrainConfig(variant="ln-scaling", ln_scaling_power=2.0)
+    with pytest.raises(ValueError, match="ln_scaling_power=0.5 cannot be combined with init_from"):
+        TrainConfig(ln_scaling_power=0.5, init_from="gpt2")

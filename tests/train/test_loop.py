@@ -283,6 +283,33 @@ def test_cli_train_sample_and_resume(tmp_path, text_file, capsys):
     assert "'Z'" in capsys.readouterr().err
 
 
+def test_cli_trains_ln_scaling_records_its_power_and_resumes_bit_exact(tmp_path, text_file, capsys):
+    """--variant ln-scaling --ln-scaling-power 0.25: in the run's config and the model's, in
+    the checkpoint; a resume (the power not typed again) gives an unbroken run's numbers; a
+    resume with another power is refused by name."""
+    base = ["train", *TINY_FLAGS, "--n-layer", "3", "--data", text_file, "--eval-interval", "2",
+            "--variant", "ln-scaling", "--ln-scaling-power", "0.25"]  # fmt: skip
+    whole, half = str(tmp_path / "whole"), str(tmp_path / "half")
+    assert main([*base, "--out-dir", whole, "--max-iters", "6"]) == 0
+    assert main([*base, "--out-dir", half, "--max-iters", "4"]) == 0
+    ckpt = load_checkpoint(f"{half}/last.ckpt")
+    assert ckpt.config["train"]["variant"] == ckpt.config["model"]["variant"] == "ln-scaling"
+    assert ckpt.config["train"]["ln_scaling_power"] == ckpt.config["model"]["ln_scaling_power"]
+    assert ckpt.config["model"]["ln_scaling_power"] == 0.25
+    # the paper's init: the residual projections are not scaled down by 1/sqrt(2L)
+    assert ckpt.params["blocks.2.mlp.w_proj"].std() > 0.01
+    assert main(["train", "--out-dir", half, "--resume", "--max-iters", "6"]) == 0
+    assert _steps(whole) == _steps(half)
+    capsys.readouterr()
+    assert main(["train", "--out-dir", half, "--resume", "--max-iters", "8",
+                 "--ln-scaling-power", "0.5"]) == 2  # fmt: skip
+    err = capsys.readouterr().err
+    assert "ln_scaling_power is 0.5 but the checkpoint was trained with 0.25" in err, err
+    default = str(tmp_path / "default")
+    assert main([*base[:-2], "--out-dir", default, "--max-iters", "1"]) == 0
+    assert load_checkpoint(f"{default}/last.ckpt").config["train"]["ln_scaling_power"] == 0.5
+
+
 def test_every_training_step_is_clipped(tmp_path, text_file, monkeypatch):
     # Adam's step barely depends on the gradient's scale, so the loss cannot show a
     # skipped clip: look at the gradients the optimizer is given instead

@@ -79,6 +79,20 @@ def test_parity_without_biases_and_with_xavier_init(torch, variant):
     assert dloss < LOSS_TOL and max(errs.values()) < GRAD_TOL, errs
 
 
+@pytest.mark.parametrize("power", [0.0, 0.25, 1.0])
+def test_ln_scaling_at_other_powers_matches_pytorch(torch, power):
+    """p = 0 (pre-ln's function), a quarter, and 1/l; three blocks, so l reaches 3."""
+    model, idx, tgt = _small("ln-scaling", seed=8, n_layer=3, ln_scaling_power=power)
+    dloss, dlogits, errs, _ = _compare(torch, model, idx, tgt)
+    assert dloss < LOSS_TOL and dlogits < 1e-12
+    worst = max(errs, key=errs.get)
+    assert errs[worst] < GRAD_TOL, (worst, errs[worst])
+    # not vacuous: PyTorch's model at another power is another model
+    other = dataclasses.replace(model.cfg, ln_scaling_power=0.5 if power != 0.5 else 0.0)
+    _, loss_other, _ = torch_reference.run(torch, other, model.params, idx, tgt)
+    assert abs(model.forward(idx, tgt)[1] - loss_other) > 1e-6
+
+
 @pytest.mark.parametrize(
     "kw, B, T",
     [

@@ -20,7 +20,7 @@ MUTANTS = [
            "layernorm_forward(x * alpha, g, b, cfg.ln_eps)[0]",
            "layernorm_forward(x, g, b, cfg.ln_eps)[0]", LAB, "formula"),
     Mutant("lesion: none's deleted branch outputs zero instead of passing x", STUDY,
-           "    return x  # (B,T,C) pre-ln, residual, rezero: x + 0; none: the identity",
+           "    return x  # (B,T,C) pre-ln, residual, rezero, ln-scaling: x + 0; none: the identity",
            "    return x if cfg.variant != 'none' else np.zeros_like(x)", LAB, "formula"),
     Mutant("lesion: a swapped position runs its own block's weights", STUDY,
            'p = f"blocks.{lesion.order[pos]}"', 'p = f"blocks.{pos}"', LAB, "formula"),

@@ -97,7 +97,7 @@ MUTANTS = [
     Mutant('layers: the MLP forward runs the tanh GELU whatever its activation', 'nn/layers.py',
            'a, c_act = ACTIVATIONS[activation][0](h)  # 2) (..., F) gelu(h), in the named form',
            'a, c_act = gelu_forward(h)  # 2) (..., F) gelu(h), in the named form', LAYERS_TORCH_PARITY, 'formula'),
-    # -- nn/blocks.py (4)
+    # -- nn/blocks.py (6)
     Mutant('blocks: pre-ln block backward drops + x', 'nn/blocks.py',
            '            return df  # no + x path: the gradient has only the sublayer route home\n        return residual_backward(dout, df)',
            '            return df  # no + x path: the gradient has only the sublayer route home\n        return df', BLOCKS, 'formula'),
@@ -108,8 +108,14 @@ MUTANTS = [
            'dskip = ds if variant == "post-ln" else ds * alpha',
            'dskip = ds', BLOCKS, 'formula'),
     Mutant('blocks: gpt2 init: output projections not scaled by 1/sqrt(2L)', 'nn/blocks.py',
-           'std = 0.02 / math.sqrt(2 * L) if kind.endswith("w_proj") else 0.02',
+           'std = 0.02 / math.sqrt(2 * L) if scaled else 0.02',
            'std = 0.02', BLOCKS, 'formula'),
+    Mutant('ln-scaling: the backward misses the factor s = l^-p', 'nn/blocks.py',
+           'dh = dh * alpha  # (B,T,C) 1b) h = s ln(x)  ->  d ln(x) = s dh',
+           'dh = dh  # (B,T,C) 1b) h = s ln(x)  ->  d ln(x) = s dh', BLOCKS, 'formula'),
+    Mutant('ln-scaling: the gpt2 init keeps the scaled residual projections', 'nn/blocks.py',
+           'scaled = kind.endswith("w_proj") and cfg.variant != "ln-scaling"',
+           'scaled = kind.endswith("w_proj")', BLOCKS, 'formula'),
     # -- nn/model.py (5)
     Mutant("model: tied wte keeps only the head's gradient", 'nn/model.py',
            'grads["wte"], grads["wpe"] = embedding_backward(dx, cache.emb, dwte=dwte_head)',

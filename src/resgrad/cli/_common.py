@@ -474,6 +474,9 @@ TRAIN_FLAGS = [
      "erf form (nanoGPT's nn.GELU())"),
     ("--rezero-alpha", finite_float, "rezero's alpha at initialization, every block's "
      "(Bachlechner et al.: 0); with --variant rezero only"),
+    ("--ln-scaling-power", finite_float, "ln-scaling's exponent p: block l's LayerNorm "
+     "outputs times 1/l^p (Sun et al. 2025: 0.5, the default; 0: pre-ln's function); with "
+     "--variant ln-scaling only"),
     ("--seed", seed, "seed of the init, batches and dropout"),
     ("--data", str, "a UTF-8 text file (default: the Python reference manual, built in)"),
     ("--tokenizer", one_of(KINDS), "char: one token per character; bpe: a byte-level BPE "

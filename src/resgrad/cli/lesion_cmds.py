@@ -34,9 +34,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         "the intact model, top-1 accuracy, KL(intact || lesioned). SOURCE is a resgrad run "
         "directory or checkpoint file, a Hugging Face GPT-2 directory or hub name, a nanoGPT "
         "ckpt.pt, or 'lesson' (the lesson's tanh stack, whose figure is the relative change "
-        "of its output). A deleted branch contributes nothing: in pre-ln, residual and rezero "
-        "the skip carries x past it; in post-ln and deepnorm the LayerNorm after the sum "
-        "stays (and DeepNorm's alpha); in none, which has no skip, the step passes x through.",
+        "of its output). A deleted branch contributes nothing: in pre-ln, residual, rezero and "
+        "ln-scaling the skip carries x past it; in post-ln and deepnorm the LayerNorm after "
+        "the sum stays (and DeepNorm's alpha); in none, which has no skip, the step passes x "
+        "through. A swapped ln-scaling block keeps its own 1/l^p.",
     )
     p.add_argument(
         "source",

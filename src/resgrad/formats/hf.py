@@ -736,6 +736,11 @@ def export_hf(
     from safetensors.numpy import save
 
     cfg = model.cfg
+    if cfg.variant == "ln-scaling":  # pre-ln's skeleton: say what GPT-2 lacks
+        raise ValueError(
+            f"cannot export variant {cfg.variant!r} as GPT-2: transformers' GPT-2 and nanoGPT "
+            "have no model whose LayerNorm outputs are scaled by 1/l^p"
+        )
     if cfg.variant != "pre-ln":
         raise ValueError(
             f"cannot export variant {cfg.variant!r} as GPT-2: GPT-2 is pre-ln, and its "

@@ -6,17 +6,19 @@ F = 4C (MLP hidden width), L = n_layer.
 A block is two sublayers, attention then MLP, each f: (B, T, C) -> (B, T, C),
 wrapped in the residual scheme the config names (``cfg.variant``):
 
-=============  =====================================  ==========================
-scheme         one sublayer step, x -> out            the backward's + x path
-=============  =====================================  ==========================
-``pre-ln``     out = x + f(ln(x))          (GPT-2)     dx = dout + df
-``post-ln``    out = ln(x + f(x))    (Vaswani 2017)    dx = ds + df, ds = dln(dout)
-``none``       out = f(ln(x))   (pre-ln minus + x)     dx = df: no identity path
-``residual``   out = x + f(x)          (no norm)       dx = dout + df
-``rezero``     out = x + alpha * f(x)  (Bachlechner    dx = dout + df, df through
-               et al. 2020, alpha starts at 0)         alpha * dout
-``deepnorm``   out = ln(alpha * x + f(x))  (DeepNet)   dx = alpha * ds + df
-=============  =====================================  ==========================
+==============  =====================================  ==========================
+scheme          one sublayer step, x -> out            the backward's + x path
+==============  =====================================  ==========================
+``pre-ln``      out = x + f(ln(x))          (GPT-2)     dx = dout + df
+``post-ln``     out = ln(x + f(x))    (Vaswani 2017)    dx = ds + df, ds = dln(dout)
+``none``        out = f(ln(x))   (pre-ln minus + x)     dx = df: no identity path
+``residual``    out = x + f(x)          (no norm)       dx = dout + df
+``rezero``      out = x + alpha * f(x)  (Bachlechner    dx = dout + df, df through
+                et al. 2020, alpha starts at 0)         alpha * dout
+``deepnorm``    out = ln(alpha * x + f(x))  (DeepNet)   dx = alpha * ds + df
+``ln-scaling``  out = x + f(s * ln(x)),  s = l^-p       dx = dout + df, df through
+                (Sun et al. 2025)                       dh = s * dhs
+==============  =====================================  ==========================
 
 Every ``+ x`` fan-out goes through :func:`resgrad.nn.residual.residual_backward`,
 ``dx = dout + df``: the residual core is the centre of every scheme but ``none``.
@@ -27,9 +29,19 @@ DeepNorm (Wang, Ma, Dong, Huang, Zhang, Wei, "DeepNet: Scaling Transformers to
 weights of the FFN, the value projection and the attention output projection
 initialized with gain ``beta = (8N)^(-1/4)``; the query and key projections keep gain 1.
 
+LayerNorm Scaling (Sun, Yin, Wang, Liu, Liu, "The Curse of Depth in Large Language
+Models", arXiv:2502.05795, 2025): pre-LN, with the output of each of block l's two
+LayerNorms (l = 1..L, 1-based) multiplied by ``s_l = 1 / sqrt(l)``, so that the variance
+of the deep blocks' outputs stops growing with depth and their branches keep learning.
+Here the exponent is a dose, ``s_l = l^-p`` with ``p = cfg.ln_scaling_power`` in [0, 1]
+(the paper's 0.5; p = 0 is pre-LN exactly). The paper drops GPT-2's scaled init of the
+residual projections when it scales, and so does :func:`init_block_params`. ``s_l`` is a
+constant of the block, as DeepNet's alpha is: no parameter learns it, and its backward is
+one multiplication, ``dh = s_l * dhs``.
+
 ``cfg`` is a :class:`resgrad.nn.model.GPTConfig` (any object with its fields:
-variant, init, n_layer, n_head, n_embd, dropout, bias, ln_eps, activation); this module does
-not import model.py, which sits above it.
+variant, init, n_layer, n_head, n_embd, dropout, bias, ln_eps, activation, and
+ln_scaling_power under ln-scaling); this module does not import model.py, which sits above it.
 """
 
 from __future__ import annotations
@@ -68,13 +80,15 @@ __all__ = [
     "deepnorm_alpha",
     "deepnorm_beta",
     "init_block_params",
+    "ln_scale",
     "scheme_forward",
 ]
 
-VARIANTS = ("pre-ln", "post-ln", "none", "residual", "rezero", "deepnorm")
+VARIANTS = ("pre-ln", "post-ln", "none", "residual", "rezero", "deepnorm", "ln-scaling")
 INITS = ("gpt2", "xavier")
-BLOCK_LN = ("pre-ln", "post-ln", "none", "deepnorm")  # schemes whose blocks hold ln1, ln2
-FINAL_LN = ("pre-ln", "none")  # schemes whose model ends in ln_f before the LM head
+BLOCK_LN = ("pre-ln", "post-ln", "none", "deepnorm", "ln-scaling")  # blocks holding ln1, ln2
+FINAL_LN = ("pre-ln", "none", "ln-scaling")  # schemes whose model ends in ln_f before the LM head
+PRE_LN = ("pre-ln", "none", "ln-scaling")  # schemes whose LayerNorm is inside the branch, f(ln(x))
 SUBLAYERS = ("attn", "mlp")  # in order; sublayer i is normalized by ln{i+1}
 
 
@@ -86,6 +100,12 @@ def deepnorm_alpha(n_layer: int) -> float:
 def deepnorm_beta(n_layer: int) -> float:
     """DeepNet's decoder-only init gain, ``beta = (8N)^(-1/4)`` (arXiv:2203.00555)."""
     return (8.0 * n_layer) ** -0.25
+
+
+def ln_scale(layer: int, power: float) -> float:
+    """LayerNorm Scaling's factor on block ``layer``'s LayerNorm outputs, ``s = l^-p`` with
+    l = layer + 1 the block's 1-based depth (Sun et al. 2025, arXiv:2502.05795: p = 1/2)."""
+    return float(layer + 1) ** -power
 
 
 def _check_variant(variant: str) -> None:
@@ -132,8 +152,11 @@ def init_block_params(
     Under ``deepnorm`` the FFN weights, the value third of ``w_qkv`` and
     ``attn.w_proj`` are then multiplied by DeepNet's ``beta = (8L)^(-1/4)``
     (with ``xavier`` this is exactly DeepNet's init). ``rezero``'s alpha starts
-    at ``cfg.rezero_alpha`` (0 by default). Any entry can be overwritten afterwards: the
-    dict is plain.
+    at ``cfg.rezero_alpha`` (0 by default). Under ``ln-scaling`` the ``gpt2`` init
+    leaves ``attn.w_proj`` and ``mlp.w_proj`` at normal(0, 0.02), unscaled: Sun et al.
+    (2025, arXiv:2502.05795) remove the 1/sqrt(2L) scaled initialization when LayerNorm
+    Scaling is on, which already shrinks the deep branches. Any entry can be overwritten
+    afterwards: the dict is plain.
 
     Parameters
     ----------
@@ -161,7 +184,8 @@ def init_block_params(
         elif leaf.startswith("b"):
             a = np.zeros(shape)  # biases, LayerNorm biases
         elif cfg.init == "gpt2":
-            std = 0.02 / math.sqrt(2 * L) if kind.endswith("w_proj") else 0.02
+            scaled = kind.endswith("w_proj") and cfg.variant != "ln-scaling"  # Sun et al.: none
+            std = 0.02 / math.sqrt(2 * L) if scaled else 0.02
             a = rng.standard_normal(shape) * std  # (C_in, C_out)
         else:  # xavier: fused qkv counts as three (C, C) maps
             fan_in, fan_out = (C, C) if kind == "attn.w_qkv" else shape
@@ -179,7 +203,7 @@ def init_block_params(
 class StepCache(NamedTuple):
     """One sublayer inside its residual scheme."""
 
-    ln: LayerNormCache | None  # before f (pre-ln, none), after the sum (post-ln, deepnorm)
+    ln: LayerNormCache | None  # before f (PRE_LN's schemes), after the sum (post-ln, deepnorm)
     sub: AttentionCache | MlpCache  # the sublayer f itself
     f: np.ndarray | None  # (B, T, C) f's output, kept by rezero for dalpha
 
@@ -189,7 +213,7 @@ class BlockCache(NamedTuple):
     mlp: StepCache
     prefix: str  # "blocks.{i}"
     variant: str
-    alpha: float  # rezero's learned alpha, or deepnorm's constant; 1.0 otherwise
+    alpha: float  # rezero's learned alpha, deepnorm's constant, ln-scaling's l^-p; else 1.0
 
 
 def _sublayer_forward(name, x, params, p, cfg, train, rng):
@@ -226,13 +250,16 @@ def scheme_forward(
     """One sublayer f inside the residual scheme ``variant``: x (B, T, C) -> out (B, T, C).
 
     ``sublayer(h)`` returns ``(f(h), cache)``; ``g``, ``b`` are the scheme's LayerNorm
-    (None where it has none) and ``alpha`` rezero's or deepnorm's scale. The KV-cache
-    sampler passes its own attention here, so training and sampling share the schemes.
+    (None where it has none) and ``alpha`` rezero's, deepnorm's or ln-scaling's scale
+    (:func:`block_alpha`). The KV-cache sampler passes its own attention here, so training
+    and sampling share the schemes.
     """
-    if variant in ("pre-ln", "none"):
+    if variant in PRE_LN:
         h, c_ln = layernorm_forward(x, g, b, eps)  # 1) (B,T,C) h = ln(x)
+        if variant == "ln-scaling":
+            h = h * alpha  # 1b) (B,T,C) h = s ln(x), s = l^-p: a fresh array, ln's stays intact
         f, c_sub = sublayer(h)  # 2) (B,T,C) f(h)
-        out = x + f if variant == "pre-ln" else f  # 3) (B,T,C) pre-ln: x + f; none: f alone
+        out = f if variant == "none" else x + f  # 3) (B,T,C) x + f; none: f alone
         return out, StepCache(c_ln, c_sub, None)
     f, c_sub = sublayer(x)  # 1) (B,T,C) f(x)
     if variant == "residual":
@@ -257,11 +284,16 @@ def _step_forward(i, x, params, p, cfg, alpha, train, rng):
 
 
 def block_alpha(params: dict[str, np.ndarray], prefix: str, cfg: Any, dtype: Any) -> Any:
-    """The block's residual scale: rezero's learned alpha, deepnorm's constant, else 1."""
+    """The block's scale: rezero's learned alpha, deepnorm's constant, ln-scaling's
+    ``l^-p`` for block ``prefix = "blocks.{l - 1}"`` (it goes with the block's name, so a
+    block run elsewhere keeps its own), else 1."""
     if cfg.variant == "rezero":
         return np.dtype(dtype).type(params[f"{prefix}.alpha"][0])  # learned, one per block
     if cfg.variant == "deepnorm":
         return np.dtype(dtype).type(deepnorm_alpha(cfg.n_layer))  # DeepNet's (2L)^(1/4)
+    if cfg.variant == "ln-scaling":
+        layer = int(prefix.rsplit(".", 1)[-1])  # "blocks.{layer}"
+        return np.dtype(dtype).type(ln_scale(layer, cfg.ln_scaling_power))  # Sun et al.'s 1/l^p
     return np.dtype(dtype).type(1.0)
 
 
@@ -275,11 +307,13 @@ def _step_backward(i, dout, c, p, variant, alpha, grads):
             grads[f"{ln}.b"] = db
         return dx
 
-    if variant in ("pre-ln", "none"):
-        # 3) out = x + f (pre-ln) or f (none)  ->  df = dout
-        # 2) f = f(h)                          ->  dh
+    if variant in PRE_LN:
+        # 3) out = x + f (pre-ln, ln-scaling) or f (none)  ->  df = dout
+        # 2) f = f(h)                                      ->  dh
         dh = _sublayer_backward(name, dout, c.sub, p, grads)  # (B,T,C)
-        # 1) h = ln(x)                         ->  dx through the norm
+        if variant == "ln-scaling":
+            dh = dh * alpha  # (B,T,C) 1b) h = s ln(x)  ->  d ln(x) = s dh
+        # 1) h = ln(x)                                     ->  dx through the norm
         df = ln_backward(dh)  # (B,T,C)
         if variant == "none":
             return df  # no + x path: the gradient has only the sublayer route home

@@ -58,6 +58,7 @@ def _require_int(name: str, value: object, lo: int) -> None:
 
 
 MAX_ALPHA = 10.0  # rezero_alpha's largest: a branch 10x its input is no longer a residual
+LN_SCALING_POWER = 0.5  # ln-scaling's exponent by default: Sun et al.'s 1/sqrt(l)
 
 
 @dataclass(frozen=True)
@@ -81,6 +82,10 @@ class GPTConfig:
     # silent and every path of the gradient the identity's); above 0 the branches speak from
     # the first step: the dose of the robustness study. 0 for every other scheme
     rezero_alpha: float = 0.0
+    # ln-scaling's exponent p: block l's LayerNorm outputs times 1/l^p (Sun et al. 2025, arXiv:
+    # 2502.05795: 1/2), the dose from pre-ln (0) to the paper's (0.5) and beyond, up to 1.
+    # None: the paper's 0.5 under ln-scaling (set on construction), unset for every other scheme
+    ln_scaling_power: float | None = None
 
     def __post_init__(self):
         _require_int("vocab_size", self.vocab_size, 1)
@@ -117,6 +122,15 @@ class GPTConfig:
         if a and self.variant != "rezero":
             raise ValueError(f"rezero_alpha {a!r} is rezero's alpha at initialization; variant "
                              f"{self.variant!r} has none (expected 0)")  # fmt: skip
+        p = self.ln_scaling_power
+        if p is not None and self.variant != "ln-scaling":
+            raise ValueError(f"ln_scaling_power {p!r} is ln-scaling's exponent; variant "
+                             f"{self.variant!r} has none (expected it unset)")  # fmt: skip
+        if self.variant == "ln-scaling":
+            if p is None:
+                object.__setattr__(self, "ln_scaling_power", LN_SCALING_POWER)  # the paper's
+            elif isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p <= 1.0:
+                raise ValueError(f"ln_scaling_power must be a number in [0, 1], got {p!r}")
 
     @property
     def final_ln(self) -> bool:

@@ -73,7 +73,7 @@ BLOCK_STEP_S = 2e-3
 
 # settings a pretrained model (TrainConfig.init_from) brings with it: a run may not set them
 FROM_PRETRAINED = ("n_layer", "n_head", "n_embd", "variant", "init", "tokenizer", "activation",
-                   "rezero_alpha")  # fmt: skip
+                   "rezero_alpha", "ln_scaling_power")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -107,6 +107,9 @@ class TrainConfig:
     # (the exact erf form, nanoGPT's nn.GELU()); part of the run: a resume may not change it
     activation: str = "gelu_tanh"
     rezero_alpha: float = 0.0  # rezero's alpha at initialization (GPTConfig.rezero_alpha)
+    # ln-scaling's exponent p (GPTConfig.ln_scaling_power): None is the paper's 0.5 under
+    # ln-scaling, recorded as 0.5, and stays None for every other scheme
+    ln_scaling_power: float | None = None
     seed: int = 1337  # seeds the init, the batches, the dropout masks and the eval batches
     data: str | None = None  # a UTF-8 text file; None: the built-in Python reference manual
     out_dir: str = "out"  # checkpoints, metrics, plot
@@ -181,7 +184,8 @@ class TrainConfig:
                     f"{', '.join(set_)} cannot be combined with init_from {self.init_from!r}: "
                     f"the pretrained model brings its own {', '.join(FROM_PRETRAINED)}"
                 )
-        self.gpt_config(vocab_size=1)  # n_head | n_embd, dropout in [0, 1)
+        model = self.gpt_config(vocab_size=1)  # n_head | n_embd, dropout in [0, 1), ...
+        object.__setattr__(self, "ln_scaling_power", model.ln_scaling_power)  # as it trains
         self.schedule()  # lr_decay_iters > warmup_iters
         self.adamw()  # beta1, beta2 < 1
 
@@ -198,6 +202,7 @@ class TrainConfig:
             init=self.init,
             activation=ACTIVATION_NAMES[self.activation],
             rezero_alpha=self.rezero_alpha,
+            ln_scaling_power=self.ln_scaling_power,
         )
 
     def schedule(self) -> LRSchedule:

@@ -14,23 +14,27 @@ does their interventions on any resgrad GPT, and on the lesson's tanh stack.
 **What "delete" means.** A deleted sublayer branch (an attention or an MLP) contributes
 nothing, and what is left of its step stays:
 
-=============  ================================  =======================================
-scheme         one step, x -> out                 the step with its branch deleted
-=============  ================================  =======================================
-``pre-ln``     x + f(ln(x))                       x        (the skip carries x past it)
-``residual``   x + f(x)                           x
-``rezero``     x + alpha f(x)                     x
-``post-ln``    ln(x + f(x))                       ln(x)    (the LayerNorm after the sum stays)
-``deepnorm``   ln(alpha x + f(x))                 ln(alpha x)   (and DeepNet's alpha too)
-``none``       f(ln(x))                           x        (no skip: the step becomes the
-                                                            identity)
-=============  ================================  =======================================
+==============  ================================  =======================================
+scheme          one step, x -> out                 the step with its branch deleted
+==============  ================================  =======================================
+``pre-ln``      x + f(ln(x))                       x        (the skip carries x past it)
+``residual``    x + f(x)                           x
+``rezero``      x + alpha f(x)                     x
+``post-ln``     ln(x + f(x))                       ln(x)    (the LayerNorm after the sum stays)
+``deepnorm``    ln(alpha x + f(x))                 ln(alpha x)   (and DeepNet's alpha too)
+``ln-scaling``  x + f(s_l ln(x)), s_l = l^-p        x
+``none``        f(ln(x))                           x        (no skip: the step becomes the
+                                                             identity)
+==============  ================================  =======================================
 
-Deleting block i deletes both of its branches; in pre-ln, residual and rezero that is the
-identity, as transformers' model with module i taken out of ``transformer.h``. In ``none``
-the block is replaced by the identity: the plain network's experiment. In the lesson's
+Deleting block i deletes both of its branches; in pre-ln, residual, rezero and ln-scaling
+that is the identity, as transformers' model with module i taken out of ``transformer.h``.
+In ``none`` the block is replaced by the identity: the plain network's experiment. In the lesson's
 stack ``x + tanh(x W)`` (or ``tanh(x W)`` without ``+ x``) a deleted layer passes x on.
-A swap runs block j's weights at position i and block i's at j; nothing else moves.
+A swap runs block j's weights at position i and block i's at j; nothing else moves. An
+ln-scaling block moved keeps its own ``s_l`` (l its place in the trained model): the
+scale is part of the block's function, as its weights are, as a module moved in
+``transformer.h`` keeps its ``layer_idx``.
 
 **Interventions** (:data:`KINDS`): ``attn`` and ``mlp`` delete one branch, ``block`` one
 block, ``delete`` k random blocks (Veit's figure 5a), ``swap`` adjacent blocks i and i + 1

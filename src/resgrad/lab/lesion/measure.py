@@ -86,7 +86,7 @@ def _step(x: np.ndarray, P: dict, p: str, s: int, cfg, alpha, keep: bool) -> np.
         return layernorm_forward(x, g, b, cfg.ln_eps)[0]  # (B,T,C) ln(x + 0)
     if cfg.variant == "deepnorm":
         return layernorm_forward(x * alpha, g, b, cfg.ln_eps)[0]  # (B,T,C) ln(alpha x + 0)
-    return x  # (B,T,C) pre-ln, residual, rezero: x + 0; none: the identity
+    return x  # (B,T,C) pre-ln, residual, rezero, ln-scaling: x + 0; none: the identity
 
 
 def _blocks_from(model: GPT, x: np.ndarray, lesion: Lesion, start: int) -> np.ndarray:

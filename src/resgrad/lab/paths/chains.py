@@ -21,6 +21,7 @@ import numpy as np
 
 from resgrad.lab.lesson import StackConfig, make_bank, sublayer_backward, sublayer_forward
 from resgrad.lab.study.refusals import BANK_TOO_SMALL, DEPTH_NOT_POSITIVE, UNKNOWN_ACTIVATION
+from resgrad.nn.blocks import PRE_LN
 from resgrad.nn.layers import (
     ATTN_KEYS,
     MLP_KEYS,
@@ -165,12 +166,16 @@ def _gpt_step(c, p: str, i: int, variant: str, alpha, names: Iterable[str]) -> S
     name = ("attn", "mlp")[i]
     sub = _sub_vjp(name, c.sub, p)
     trunk, skip = None, _identity
-    if variant in ("pre-ln", "none"):
-        # out = x + f(ln(x)) (pre-ln) or f(ln(x)) (none): the norm is inside the branch
+    if variant in PRE_LN:
+        # out = x + f(ln(x)) (pre-ln), x + f(s ln(x)) (ln-scaling, s = l^-p, a constant of the
+        # block) or f(ln(x)) (none): the norm, and s, are inside the branch
         ln = _ln_vjp(c.ln, f"{p}.ln{i + 1}")
+        s = alpha if variant == "ln-scaling" else None
 
         def branch(d):
             dh, g = sub(d)  # (B,T,C) 2) f = f(h)
+            if s is not None:
+                dh = dh * s  # (B,T,C) 1b) h = s ln(x)
             dx, g_ln = ln(dh)  # (B,T,C) 1) h = ln(x)
             return dx, {**g, **g_ln}
 

@@ -20,17 +20,18 @@ split costs n(n + 1)/2 branch VJPs, about n/2 ordinary backward passes; the alte
 evaluating the gradient at n + 1 branch scalings t (roots of unity) and inverting a DFT
 costs n + 1 full passes in complex arithmetic, twice this, and would need complex layers.
 
-**Schemes.** pre-ln ``x + f(ln(x))``, residual ``x + f(x)`` and rezero ``x + alpha f(x)``
-have a true identity skip: k = 0 is the gradient of the loss's head carried unchanged.
+**Schemes.** pre-ln ``x + f(ln(x))``, residual ``x + f(x)``, rezero ``x + alpha f(x)`` and
+ln-scaling ``x + f(s_l ln(x))`` (``s_l = l^-p``, a constant of block l) have a true identity
+skip: k = 0 is the gradient of the loss's head carried unchanged.
 In post-ln ``ln(x + f(x))`` and DeepNorm ``ln(alpha x + f(x))`` the skip passes through
 each block's LayerNorms (and DeepNorm's alpha): the split is still by the number of
 *branches* a path takes, and the "identity path" k = 0 means the path through every
 LayerNorm's Jacobian (times alpha) and through no attention or MLP. ``none`` ``f(ln(x))``
 has no skip: every gradient at x_i has k = 2(L - i), all of it at k = 2L at the embeddings.
 
-**Parameters.** A parameter inside a branch (its attention or MLP weights, the pre-ln
-LayerNorm before it, rezero's alpha at its output) gets the k of the gradient *entering
-that branch* from above: the number of branches between the loss and the branch. A
+**Parameters.** A parameter inside a branch (its attention or MLP weights, the pre-ln or
+ln-scaling LayerNorm before it, rezero's alpha at its output) gets the k of the gradient
+*entering that branch* from above: the number of branches between the loss and the branch. A
 parameter on the trunk (post-ln's and DeepNorm's LayerNorms, ln_f, the LM head) gets the k
 of the gradient reaching it. The tied ``wte`` gets the head's gradient at k = 0 plus the
 embedding lookup's gradient split as the stream at x_0 is.

@@ -100,7 +100,7 @@ def render(results: Sequence[LevelResult], trajs: Sequence[Trajectory], cfg: Rob
 
 
 SCHEME_COLORS = {"pre-ln": "C0", "post-ln": "C1", "deepnorm": "C2", "rezero": "C3",
-                 "residual": "C4"}  # fmt: skip
+                 "residual": "C4", "ln-scaling": "C5"}  # fmt: skip
 
 
 def robustness_figure(results: Sequence[LevelResult], trajs: Sequence[Trajectory],
