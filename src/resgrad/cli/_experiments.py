@@ -78,6 +78,8 @@ def register_one(names: argparse._SubParsersAction, name: str, func) -> None:
     for flag, typ, help_ in EXPERIMENT_FLAGS + ROBUSTNESS_FLAGS:
         kw = {"choices": INITS} if flag == "--init" else {}
         help_ = help_.removeprefix("robustness: ").split(" (default:")[0]
+        if study:  # the study's unit is a model, the experiments' a cell
+            help_ = help_.replace("every cell's", "every model's").replace("per cell", "per model")
         if flag in given:
             help_ += f" (default: {given[flag]})"
         p.add_argument(flag, type=typ or str, default=None,
