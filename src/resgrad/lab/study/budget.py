@@ -11,6 +11,7 @@ lesion studies' too (:mod:`resgrad.lab.lesion`); :func:`format_seconds` writes t
 from __future__ import annotations
 
 import math
+import sys
 from typing import NamedTuple
 
 from resgrad.lab.study.refusals import OVER_BUDGET
@@ -143,18 +144,30 @@ def require_time(work: Work, budget: float, what: str, more: str) -> None:
     refuse_over_budget(work.seconds, budget, what, f"{work.vjps:,} branch VJPs", more)
 
 
+def _on_terminal() -> bool:
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):  # no stderr, or a closed one
+        return False
+
+
 def bar(total: int, seconds: float, unit: str, desc: str, show: bool | None = None):
     """A tqdm bar over ``total`` units of work on stderr, its description the estimate: every
     study's progress bar.
 
     ``show`` None: shown on a terminal only, and only for work estimated longer than
-    :data:`PROGRESS_AFTER_S`; True or False: always or never. Use it as a context manager
+    :data:`PROGRESS_AFTER_S` (off a terminal, such work says its estimate in one line on
+    stderr instead); True or False: always or never. Use it as a context manager
     and pass its ``update`` as the ``tick`` of the functions doing the work.
     """
     from tqdm.auto import tqdm
 
     if show is None:
         disable = None if seconds > PROGRESS_AFTER_S else True  # None: on a terminal
+        if disable is None and not _on_terminal():  # long work speaks where no bar is drawn
+            units = unit if total == 1 else unit + ("es" if unit.endswith("s") else "s")
+            say = f"resgrad {desc}: about {format_seconds(seconds)} ({total:,} {units}); it keeps "
+            print(say + "nothing part-way: Ctrl-C stops it", file=sys.stderr, flush=True)
     else:
         disable = not show
     return tqdm(total=total, unit=unit, unit_scale=unit == "VJP", dynamic_ncols=True,
