@@ -296,7 +296,7 @@ def test_the_verdict_follows_the_data_at_every_level(beta, noise, data_seed, wor
     results = rs.analyse(trajs, levels, B=1000, seed=0)
     assert [r.verdict for r in results] == [word] * 4, [r.sentence for r in results]
     for r in results:
-        assert (r.models, r.seeds, r.B, len(r.points)) == (24, 3, 1000, 24)
+        assert (r.models, r.seeds, r.resamples, len(r.points)) == (24, 3, 1000, 24)
         assert r.names == ("intercept", "mean_k", "loss", "scheme=post-ln", "scheme=deepnorm",
                            "scheme=rezero")  # fmt: skip
         coef, lo, hi = r.path_coef

@@ -1,8 +1,11 @@
 """`resgrad experiment robustness --quick`: the equal-loss study end to end, its cache, its
 outputs, and its refusals before any model trains."""
 
+import csv
+import itertools
 import json
 import os
+import re
 
 import numpy as np
 import pytest
@@ -10,7 +13,12 @@ import pytest
 from resgrad.cli import main
 from resgrad.lab.lesion import LesionStudy, rows, summary
 from resgrad.lab.paths import PathsStudy, path_table
-from resgrad.lab.robustness import RobustnessConfig, equal_loss, trajectories
+from resgrad.lab.robustness import (
+    RobustnessConfig,
+    distinct_resamples,
+    equal_loss,
+    trajectories,
+)
 from resgrad.train.sample import load_model
 
 QUICK = ["experiment", "robustness", "--quick", "--threads", "1", "--jobs", "2"]
@@ -112,8 +120,10 @@ def test_trajectories_group_rows_by_model_in_iteration_order():
         (["--levels", "3,9.9"], "level 9.9 is above the loss every model starts near, ln V = "),
         (["--seeds", "1"], "--seeds 0 is 1 training seed; the analysis resamples the seeds"),
         (["--seeds", "5-5"], "--seeds 5 is 1 training seed"),
-        (["--backend", "dask", "--scheduler", "tcp://127.0.0.1:9", "--connect-timeout", "1"],
-         "cannot reach the Dask scheduler at 'tcp://127.0.0.1:9'"),
+        (
+            ["--backend", "dask", "--scheduler", "tcp://127.0.0.1:9", "--connect-timeout", "1"],
+            "cannot reach the Dask scheduler at 'tcp://127.0.0.1:9'",
+        ),
     ],
 )
 def test_bad_input_is_one_line_before_any_model_trains(tmp_path, capsys, flags, message):
@@ -215,3 +225,66 @@ def test_a_lone_window_seed_is_printed_as_that_seed():
 
     for given in [(0,), (5,), (0, 1), (3, 5), (0, 1, 2), (2, 3)]:
         assert seeds(seeds_flag(given)) == given  # what the parser reads back is the seeds
+
+
+# ------------------------------------------------------ output a reader cannot misread
+
+
+def test_distinct_resamples_counts_the_multisets_a_bootstrap_can_draw():
+    """C(2C - 1, C): checked against every draw of C clusters from C, enumerated."""
+    for c in range(1, 6):
+        draws = {tuple(sorted(d)) for d in itertools.product(range(c), repeat=c)}
+        assert distinct_resamples(c) == len(draws)
+    assert (distinct_resamples(3), distinct_resamples(5)) == (10, 126)
+
+
+def test_the_table_states_the_claim_what_each_column_holds_fixed_and_its_evidence(study, capsys):
+    out, _ = study
+    assert main([*QUICK, "--out-dir", out]) == 0
+    text = capsys.readouterr().out.splitlines()
+    claim = next(ln for ln in text if ln.startswith("the claim: "))
+    assert "shorter paths" in claim and "supported: shorter paths, cheaper lesions" in claim
+    head = next(ln for ln in text if ln.lstrip().startswith("level |"))
+    assert "b(path length | scheme, loss)" in head and "rho(k, cost | loss)" in head
+    (evidence,) = [ln for ln in text if ln.startswith("evidence: ")]
+    cfg = RobustnessConfig.quick()
+    assert f"{len(cfg.seeds)} training seeds" in evidence
+    assert f"{distinct_resamples(len(cfg.seeds))} distinct bootstrap resamples" in evidence
+    assert f"({cfg.bootstrap} drawn)" in evidence
+    assert "--quick: a smoke test" in evidence  # the quick study says so; the default does not
+    assert not RobustnessConfig().smoke and cfg.smoke
+    gap = float(re.search(r"at most ([0-9.]+) nats apart", evidence)[1])
+    rows = _rows(out)  # the widest gap is one between two checkpoints a model kept
+    losses = {}
+    for r in rows:
+        losses.setdefault((r["scheme"], r["dose"], r["seed"]), []).append(float(r["loss"]))
+    steps = [abs(a - b) for ls in losses.values() for a, b in zip(ls[:-1], ls[1:])]
+    assert 0 < gap <= max(steps) + 5e-4
+
+
+def test_the_json_names_the_bootstrap_count_for_what_it_is(study, capsys):
+    out, _ = study
+    assert main([*QUICK, "--out-dir", out, "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    r0 = doc["results"][0]
+    assert "B" not in r0 and r0["bootstrap_resamples"] == RobustnessConfig.quick().bootstrap
+    assert r0["distinct_resamples"] == distinct_resamples(r0["seeds"])
+
+
+def test_the_figure_legend_is_words(study):
+    from resgrad.lab.robustness import robustness_figure
+
+    out, _ = study
+    cfg = RobustnessConfig.quick()
+    results, trajs = equal_loss(cfg, out, jobs=1)
+    fig = robustness_figure(results, trajs, cfg, "resgrad experiment robustness --quick")
+    labels = [t.get_text() for ax in fig.axes if ax.get_legend() for t in ax.get_legend().texts]
+    assert "pre-ln" in labels and any(lb.startswith("at loss ") for lb in labels), labels
+    assert all(len(lb) > 2 for lb in labels)  # no bare marker codes ("s", "D")
+    titles = " ".join(ax.get_title() for ax in fig.axes)
+    assert "marker:" not in titles
+
+
+def _rows(out: str) -> list[dict]:
+    with open(os.path.join(out, "checkpoints.csv"), encoding="utf-8") as f:
+        return list(csv.DictReader(f))

@@ -42,6 +42,7 @@ from resgrad.lab.robustness.stats import (  # noqa: F401
     analyse,
     bootstrap,
     design,
+    distinct_resamples,
     partial_spearman,
     ranks,
     regress,

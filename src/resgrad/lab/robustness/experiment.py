@@ -95,6 +95,7 @@ class RobustnessConfig:
     n_levels: int = 4
     bootstrap: int = 1000  # resamples of the training seeds
     data: str | None = None  # a UTF-8 text file; None: the built-in corpus
+    smoke: bool = False  # --quick's: a smoke test of the machinery, its verdicts no evidence
 
     def __post_init__(self):
         for s in self.schemes:
@@ -137,7 +138,8 @@ class RobustnessConfig:
         """A small study for CI: three schemes, depth 2, three seeds, two doses, 60 steps."""
         base = dict(schemes=("pre-ln", "post-ln", "rezero"), depths=(2,), doses=(0.0, 1.0),
                     n_embd=16, block_size=16, batch_size=4, max_iters=60, keep_every=10,
-                    lr=1e-2, windows=2, window_seeds=(0,), samples=3, bootstrap=200)  # fmt: skip
+                    lr=1e-2, windows=2, window_seeds=(0,), samples=3, bootstrap=200,
+                    smoke=True)  # fmt: skip
         return cls(**{**base, **kw})
 
     @classmethod

@@ -15,6 +15,7 @@ B = bootstrap resamples, N = levels.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -29,6 +30,7 @@ __all__ = [
     "analyse",
     "bootstrap",
     "design",
+    "distinct_resamples",
     "partial_spearman",
     "ranks",
     "regress",
@@ -311,7 +313,7 @@ class LevelResult(NamedTuple):
     hi: tuple[float, ...]
     models: int
     seeds: int
-    B: int  # bootstrap resamples
+    resamples: int  # bootstrap resamples of the training seeds
     verdict: str  # one of VERDICTS
     sentence: str
 
@@ -326,7 +328,9 @@ class LevelResult(NamedTuple):
         coefficient ``b_<name>`` with ``b_<name>_lo`` and ``b_<name>_hi``, then the sentence."""
         out = {"level": self.level, "path_metric": self.path_metric,
                "lesion_metric": self.lesion_metric, "models": self.models,
-               "seeds": self.seeds, "B": self.B, "spearman": self.spearman,
+               "seeds": self.seeds, "bootstrap_resamples": self.resamples,
+               "distinct_resamples": distinct_resamples(self.seeds),
+               "spearman": self.spearman,
                "partial_spearman": self.partial, "verdict": self.verdict}  # fmt: skip
         for n, b, lo, hi in zip(self.names, self.coef, self.lo, self.hi):
             out |= {f"b_{n}": b, f"b_{n}_lo": lo, f"b_{n}_hi": hi}
@@ -336,6 +340,13 @@ class LevelResult(NamedTuple):
     def point_records(self) -> list[dict]:
         """Each model's :meth:`~resgrad.lab.robustness.levels.Point.record` at this level."""
         return [p.record() for p in self.points]
+
+
+def distinct_resamples(seeds: int) -> int:
+    """How many different resamples a bootstrap of ``seeds`` clusters can draw: the
+    multisets of size C from C, C(2C - 1, C) (3 seeds: 10, 5 seeds: 126). Fewer distinct
+    resamples, coarser intervals, whatever the number drawn."""
+    return math.comb(2 * seeds - 1, seeds)
 
 
 def design(
