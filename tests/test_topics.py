@@ -62,4 +62,5 @@ def test_a_missing_table_is_refused():
     with pytest.raises(SystemExit, match="expected one"):
         script.with_table("# no markers\n", "| x |\n", "x.md")
     text = f"a\n{script.START}| old |\n{script.END}b\n"
-    assert script.with_table(text, "| new |\n", "x.md") == f"a\n{script.START}| new |\n{script.END}b\n"
+    new = f"a\n{script.START}| new |\n{script.END}b\n"
+    assert script.with_table(text, "| new |\n", "x.md") == new

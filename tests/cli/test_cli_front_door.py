@@ -17,10 +17,10 @@ import shlex
 import pytest
 
 from resgrad.cli import build_parser, experiment_cmds, leaf, lesson_cmds, main, train_cmds
-from resgrad.lab.study.budget import PROGRESS_AFTER_S, plan_left
 from resgrad.cli._experiments import EXPERIMENT_FLAGS, NAMES, ROBUSTNESS_FLAGS
 from resgrad.lab.experiments import EXPERIMENTS, ExperimentConfig
 from resgrad.lab.robustness import BUDGET_S, RobustnessConfig
+from resgrad.lab.study.budget import PROGRESS_AFTER_S, plan_left
 
 
 def _help(capsys, *argv) -> str:
@@ -129,8 +129,10 @@ def test_a_stray_argument_is_named(capsys):
     with pytest.raises(SystemExit):
         main(["depth", "extra"])
     err = capsys.readouterr().err
-    assert err == "resgrad depth: error: unrecognized argument 'extra' (`resgrad depth --help` " \
-        "lists the arguments)\n", err
+    assert (
+        err == "resgrad depth: error: unrecognized argument 'extra' (`resgrad depth --help` "
+        "lists the arguments)\n"
+    ), err
 
 
 def test_later_errors_carry_the_same_prefix(capsys, tmp_path):
@@ -152,6 +154,7 @@ def test_leaf_finds_the_command_that_ran():
 
 
 # --------------------------------------------------------------- long work speaks, Ctrl-C
+
 
 def _stop_after_plan(seconds, out_dir=None):
     """A stand-in for a long library call: it calls ``plan`` with ``seconds``, makes
@@ -252,3 +255,20 @@ def test_a_resumed_grid_plans_only_what_is_left():
     ready(0, 12)  # every model finished before: nothing to announce
     assert said == [(120.0, "12 models of 60 steps"),
                     (30.0, "3 of 12 models left; 12 models of 60 steps")]  # fmt: skip
+
+
+def test_only_a_command_that_measures_says_its_estimates_off_a_terminal(tmp_path):
+    """paths, lesion and flow turn the estimate line on for their process; a study, whose
+    own plan speaks, and any other command leave it off (its measurements run by the
+    hundred inside it)."""
+    from resgrad.lab.study import budget
+
+    assert main(["paths", "lesson", "--depth", "3"]) == 0
+    assert budget._SPEAK["off_terminal"] is True
+    assert main(["depth", "--depths", "2"]) == 0
+    assert budget._SPEAK["off_terminal"] is False
+    parser = build_parser()
+    for argv in (["lesion", "lesson"], ["flow"], ["paths", "lesson"]):
+        assert parser.parse_args(argv).measures is True
+    for argv in (["experiment", "robustness"], ["train"], ["sweep", "--out", "x.csv"]):
+        assert getattr(parser.parse_args(argv), "measures", False) is False

@@ -54,7 +54,7 @@ LINE = re.compile(r"wrote (?P<path>[^:(]+?)(?:: (?P<files>[^(]+?))?(?: \((?P<det
 
 
 def _leaves(p: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
-    """``p`` itself, or the parsers of its subcommands (``experiment``'s NAMEs), all the way down."""
+    """``p``, or its subcommands' parsers (``experiment``'s NAMEs), all the way down."""
     subs = [a for a in p._actions if isinstance(a, argparse._SubParsersAction)]
     return [q for s in subs for c in s.choices.values() for q in _leaves(c)] if subs else [p]
 

@@ -16,7 +16,7 @@ from resgrad.lab.lesion import runs as lesionruns
 from resgrad.lab.lesion import tables as lesiontables
 from resgrad.lab.lesson import StackConfig, make_bank
 from resgrad.lab.paths import chains as pathchains
-from resgrad.lab.study import text_windows
+from resgrad.lab.study import budget, text_windows
 from resgrad.nn.blocks import VARIANTS
 from resgrad.nn.layers import layernorm_forward
 from resgrad.nn.model import GPT, GPTConfig
@@ -595,7 +595,8 @@ def test_the_figure_draws_the_rows_numbers_in_three_panels(tmp_path, monkeypatch
     assert not (tmp_path / "f.jpg").exists()
 
 
-def test_the_progress_bar_is_on_stderr_when_asked_and_silent_off_a_terminal(capsys):
+def test_the_progress_bar_is_on_stderr_when_asked_and_silent_off_a_terminal(capsys, monkeypatch):
+    monkeypatch.setitem(budget._SPEAK, "off_terminal", True)  # as resgrad lesion runs it
     m = _model()
     lesions = ls.plan(3, what=("block",))
     cost = ls.model_cost(m.cfg, 8, 2, lesions, 1)

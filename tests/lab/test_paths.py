@@ -612,6 +612,9 @@ def test_the_progress_bar_counts_the_vjps_and_shows_only_when_asked_or_long(monk
     long = budget.Work(vjps=28, seconds=budget.PROGRESS_AFTER_S + 1)
     err = io.StringIO()
     monkeypatch.setattr("sys.stderr", err)
+    monkeypatch.setitem(budget._SPEAK, "off_terminal", False)  # inside a study: silent
+    assert budget.work_bar(long).disable and err.getvalue() == ""
+    monkeypatch.setitem(budget._SPEAK, "off_terminal", True)  # a command that measures
     assert budget.work_bar(long).disable  # long, but stderr is no terminal: no bar ...
     said = err.getvalue()  # ... and one line with the estimate instead
     want = "resgrad paths: about 4 s (28 VJPs); it keeps nothing part-way: Ctrl-C stops it\n"

@@ -32,6 +32,7 @@ from resgrad.cli import (
     paths_cmds,
     train_cmds,
 )
+from resgrad.lab.study.budget import speak_estimates
 from resgrad.nn import kernels
 from resgrad.perf.heap import keep_freed_memory
 from resgrad.perf.memory import NotEnoughMemory
@@ -124,6 +125,7 @@ def main(argv: list[str] | None = None) -> int:
               "passes, the reference) or 1 (the compiled kernels)", file=sys.stderr)  # fmt: skip
         return 2
     keep_freed_memory()  # the command owns the process: reuse NumPy's freed arrays (heap.py)
+    speak_estimates(getattr(args, "measures", False))  # paths, lesion, flow: a line off a tty
     try:
         with _threads(getattr(args, "threads", None)):
             return int(args.func(args) or 0)

@@ -92,7 +92,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="nanoGPT's meta.pkl, the vocabulary of a --from-pretrained ckpt.pt (default: "
         "data/<its dataset>/meta.pkl, as nanoGPT's sample.py finds it)",
     )
-    p.set_defaults(func=cmd_flow)
+    p.set_defaults(func=cmd_flow, measures=True)  # says a long estimate off a terminal
     sweep_cmds.register(sub, variants, d)
 
 

@@ -85,7 +85,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     _common.add_study_output(p, "the study", FORMATS)
     _common.add_threads(p)
-    p.set_defaults(func=cmd_lesion)
+    p.set_defaults(func=cmd_lesion, measures=True)  # says a long estimate off a terminal
 
 
 def _study(args: argparse.Namespace, lesson: bool = False) -> lesion.LesionStudy:

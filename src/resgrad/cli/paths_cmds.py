@@ -50,7 +50,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     _common.add_study_output(p, "the split", FORMATS)
     _common.add_threads(p)
-    p.set_defaults(func=cmd_paths)
+    p.set_defaults(func=cmd_paths, measures=True)  # says a long estimate off a terminal
 
 
 def _study(args: argparse.Namespace) -> paths.PathsStudy:

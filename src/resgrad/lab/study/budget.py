@@ -23,6 +23,7 @@ __all__ = [
     "model_work",
     "plan_left",
     "refuse_over_budget",
+    "speak_estimates",
     "require_time",
     "work_bar",
 ]
@@ -144,6 +145,17 @@ def require_time(work: Work, budget: float, what: str, more: str) -> None:
     refuse_over_budget(work.seconds, budget, what, f"{work.vjps:,} branch VJPs", more)
 
 
+_SPEAK = {"off_terminal": False}  # set by the command that owns the process (speak_estimates)
+
+
+def speak_estimates(on: bool = True) -> None:
+    """Let :func:`bar` say a long job's estimate in one line where stderr is no terminal.
+    A command that measures (``resgrad paths``, ``lesion``, ``flow``) turns it on for its
+    process; a study that runs these measurements many times inside its own work (the
+    robustness study, its workers) leaves it off, so that only its own plan speaks."""
+    _SPEAK["off_terminal"] = on
+
+
 def _on_terminal() -> bool:
     try:
         return sys.stderr.isatty()
@@ -157,14 +169,15 @@ def bar(total: int, seconds: float, unit: str, desc: str, show: bool | None = No
 
     ``show`` None: shown on a terminal only, and only for work estimated longer than
     :data:`PROGRESS_AFTER_S` (off a terminal, such work says its estimate in one line on
-    stderr instead); True or False: always or never. Use it as a context manager
-    and pass its ``update`` as the ``tick`` of the functions doing the work.
+    stderr instead, where :func:`speak_estimates` is on); True or False: always or never.
+    Use it as a context manager and pass its ``update`` as the ``tick`` of the functions
+    doing the work.
     """
     from tqdm.auto import tqdm
 
     if show is None:
         disable = None if seconds > PROGRESS_AFTER_S else True  # None: on a terminal
-        if disable is None and not _on_terminal():  # long work speaks where no bar is drawn
+        if disable is None and _SPEAK["off_terminal"] and not _on_terminal():  # no bar: a line
             units = unit if total == 1 else unit + ("es" if unit.endswith("s") else "s")
             say = f"resgrad {desc}: about {format_seconds(seconds)} ({total:,} {units}); it keeps "
             print(say + "nothing part-way: Ctrl-C stops it", file=sys.stderr, flush=True)
