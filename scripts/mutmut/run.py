@@ -76,6 +76,17 @@ TESTS = {
     "train/trackers.py": ["tests/train/test_tb_names.py", "tests/train/test_tb_resume.py"],
 }
 
+# tests that start ``resgrad`` in a subprocess in another directory: under mutmut's first
+# pass (the one that learns which test reaches which function) the subprocess's trampolines
+# look for mutmut's config in their working directory, fail, and fail the whole run; what
+# a subprocess reaches is never recorded anyway, so they are left out (pytest --deselect)
+DESELECT = {
+    "train/config.py": [
+        "tests/train/test_activation.py::test_the_flag_trains_the_exact_gelu_and_the_export_says_so",
+        "tests/train/test_activation.py::test_the_help_offers_both_names",
+    ],
+}
+
 
 def module_path(name: str) -> str:
     """``nn/residual.py``, ``resgrad.nn.residual`` or ``src/resgrad/nn/residual.py`` as
@@ -194,7 +205,8 @@ def main(argv: list[str] | None = None) -> int:
 
     cfg = config()  # pyproject.toml's [tool.mutmut], narrowed to these modules and tests
     cfg.only_mutate = [f"src/resgrad/{m}" for m in modules]
-    cfg.pytest_add_cli_args_test_selection = tests
+    deselect = [f"--deselect={t}" for m in modules for t in DESELECT.get(m, [])]
+    cfg.pytest_add_cli_args_test_selection = tests + deselect
     print(f"mutmut on {', '.join(modules)}\ntests: {' '.join(tests)}", flush=True)
     names = [f"resgrad.{m[:-3].replace('/', '.')}.*" for m in modules]  # rerun every mutant
     children = ["--max-children", str(args.max_children)] if args.max_children else []

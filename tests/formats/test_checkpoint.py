@@ -169,18 +169,13 @@ def test_a_safetensors_file_that_is_not_a_checkpoint(tmp_path):
         load_checkpoint(tmp_path / "model.safetensors")
 
 
-def _v1_bytes(ckpt):
-    """A checkpoint as resgrad 0.1 wrote it (format 1): MAGIC, length, sha256, an .npz."""
+def _v1_file(arrays):
+    """A format-1 file of ``arrays`` (their ``meta`` among them): MAGIC, the payload's
+    length and SHA-256, then the payload, an .npz."""
     import hashlib
     import io
-    import json
     import struct
 
-    arrays = {f"params/{k}": v for k, v in ckpt.params.items()}
-    arrays.update({f"optim/{k}": v for k, v in ckpt.optimizer.items()})
-    meta = {**ckpt._meta(), "format": 1}
-    meta.pop("tokenizer", None)
-    arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
     buf = io.BytesIO()
     np.savez(buf, **arrays)
     payload = buf.getvalue()
@@ -188,6 +183,18 @@ def _v1_bytes(ckpt):
         "<16sQ32s", b"RESGRAD-CKPT-v1\n", len(payload), hashlib.sha256(payload).digest()
     )
     return head + payload
+
+
+def _v1_bytes(ckpt):
+    """A checkpoint as resgrad 0.1 wrote it (format 1)."""
+    import json
+
+    arrays = {f"params/{k}": v for k, v in ckpt.params.items()}
+    arrays.update({f"optim/{k}": v for k, v in ckpt.optimizer.items()})
+    meta = {**ckpt._meta(), "format": 1}
+    meta.pop("tokenizer", None)
+    arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
+    return _v1_file(arrays)
 
 
 def test_a_format_1_checkpoint_still_loads_and_its_errors_stay(tmp_path):
@@ -295,20 +302,14 @@ def test_a_checkpoint_of_another_format_version_is_refused(tmp_path, monkeypatch
     monkeypatch.undo()
     raw = _v1_bytes(ckpt)  # format 1's container whose metadata claims format 2
 
-    import hashlib
     import io
     import json
-    import struct
 
     with np.load(io.BytesIO(raw[56:])) as z:
         arrays = {k: z[k] for k in z.files}
     meta2 = {**json.loads(arrays["meta"].tobytes()), "format": 2}
     arrays["meta"] = np.frombuffer(json.dumps(meta2).encode(), dtype=np.uint8)
-    buf = io.BytesIO()
-    np.savez(buf, **arrays)
-    payload = buf.getvalue()
-    head = struct.pack("<16sQ32s", raw[:16], len(payload), hashlib.sha256(payload).digest())
-    (tmp_path / "odd.ckpt").write_bytes(head + payload)
+    (tmp_path / "odd.ckpt").write_bytes(_v1_file(arrays))
     with pytest.raises(ValueError, match=r"unexpected metadata \(format 2"):
         load_checkpoint(tmp_path / "odd.ckpt")
 

@@ -82,7 +82,8 @@ def lesson_work(
     depth: int, width: int, batch: int, chains: int, samples: int = 0, residual: bool = True
 ) -> Work:
     """The cost of ``chains`` splits of the lesson's stack (one per bank seed), with
-    ``samples`` Veit paths per k each: a branch VJP is two (B, C) x (C, C) matmuls."""
+    ``samples`` Veit paths per k each: a branch VJP is two (B, C) x (C, C) matmuls, and each
+    chain's forward and ordinary backward about 2 ``depth`` of them."""
     vjp_s = LESSON_VJP_OVERHEAD_S + 4 * batch * width * width / FLOPS_PER_S
     return _work(depth, residual, vjp_s, 2 * depth * vjp_s, chains, samples)
 
