@@ -91,7 +91,7 @@ def render(results: Sequence[LevelResult], trajs: Sequence[Trajectory], cfg: Rob
         ci = f"{b:+.4f} [{lo:+.4f}, {hi:+.4f}]"
         lines.append(f"{r.level:>7.4g} | {r.models:>6} | {r.spearman:>+12.3f} | "
                      f"{r.partial:>+19.3f} | {ci:>50} | {r.verdict}")  # fmt: skip
-    lines.append(evidence(results, trajs, cfg))
+    lines.append(evidence(results, cfg))
     lines.append("")
     lines += [r.sentence for r in results]
     lines.append("")
@@ -108,8 +108,7 @@ CLAIM = (
 )
 
 
-def evidence(results: Sequence[LevelResult], trajs: Sequence[Trajectory],
-             cfg: RobustnessConfig) -> str:  # fmt: skip
+def evidence(results: Sequence[LevelResult], cfg: RobustnessConfig) -> str:
     """How strong the table's evidence is, under it: the training seeds and the distinct
     resamples a bootstrap of them can draw, the resamples drawn, and the widest gap between
     a level and the checkpoints that bracket it (interpolated over); ``--quick``'s verdicts
@@ -117,7 +116,8 @@ def evidence(results: Sequence[LevelResult], trajs: Sequence[Trajectory],
     from resgrad.lab.robustness.stats import distinct_resamples
 
     seeds, r0 = results[0].seeds, results[0]
-    gap = max((_bracket_gap(t, r.level) for r in results for t in trajs), default=0.0)
+    # each model's value at a level is interpolated between the checkpoints that bracket it
+    gap = max((abs(p.before.loss - p.after.loss) for r in results for p in r.points), default=0.0)
     line = (f"evidence: {seeds} training seeds ({', '.join(map(str, cfg.seeds))}), "
             f"{distinct_resamples(seeds)} distinct bootstrap resamples of them ({r0.resamples} "
             f"drawn); levels interpolated between checkpoints at most {gap:.3f} nats apart "
@@ -125,14 +125,6 @@ def evidence(results: Sequence[LevelResult], trajs: Sequence[Trajectory],
     if cfg.smoke:
         line += "; --quick: a smoke test of the machinery, its verdicts are not evidence"
     return line
-
-
-def _bracket_gap(t: Trajectory, level: float) -> float:
-    """The loss between the two checkpoints of ``t`` that bracket ``level`` (0 if none do)."""
-    for a, b in zip(t.loss[:-1], t.loss[1:]):
-        if min(a, b) <= level <= max(a, b):
-            return float(abs(a - b))
-    return 0.0
 
 
 SCHEME_COLORS = {"pre-ln": "C0", "post-ln": "C1", "deepnorm": "C2", "rezero": "C3",
