@@ -298,7 +298,7 @@ def test_the_verdict_follows_the_data_at_every_level(beta, noise, data_seed, wor
     for r in results:
         assert (r.models, r.seeds, r.resamples, len(r.points)) == (24, 3, 1000, 24)
         assert r.names == ("intercept", "mean_k", "loss", "scheme=post-ln", "scheme=deepnorm",
-                           "scheme=rezero")  # fmt: skip
+                           "scheme=rezero", "depth=12")  # fmt: skip
         coef, lo, hi = r.path_coef
         assert lo <= coef <= hi and r.sentence.startswith(f"loss {r.level:.4g}: {word}: ")
         if beta:
@@ -337,3 +337,67 @@ def test_analyse_refusals():
     gap = dict(t0.metrics, block_dce=np.full(8, np.nan))
     with pytest.raises(ValueError, match="has no finite block_dce at loss 3"):
         rs.analyse([t0._replace(metrics=gap), *trajs[1:]], [3.0], B=10)
+
+
+# --------------------------------------------------------------------------- the depth confound
+
+
+def _depth_confounded(beta, data_seed, noise=0.01, seeds=5):
+    """4 schemes x depths 6 and 12 x ``seeds`` seeds. Within a depth, lesion cost = beta x path length
+    (+ scheme and loss effects + noise); across depths, the deeper models have longer paths
+    (+1.5) and a smaller per-block lesion cost (-0.3: a block is a smaller share of a deeper
+    model), the confound issue 47 found: pooled without depth, path length and lesion cost
+    fall apart whatever beta is."""
+    rng = np.random.default_rng(data_seed)
+    it = np.arange(8) * 250
+    base, cost = {6: 1.5, 12: 3.0}, {6: 0.4, 12: 0.1}
+    out = []
+    for s, scheme in enumerate(SCHEMES):
+        for depth in (6, 12):
+            for seed in range(seeds):
+                loss = 2.4 + 0.1 * rng.random() + (1.6 + 0.2 * rng.random()) * np.exp(-it / 600)
+                own = rng.normal(0, 0.3)  # (a seed's path length, within its depth)
+                path = base[depth] + 0.3 * s + own + 0.2 * (loss - 3)
+                lesion = cost[depth] + beta * (path - base[depth]) + 0.3 * (loss - 3) + 0.1 * s
+                lesion = lesion + rng.normal(0, noise, 8)
+                key = rl.ModelKey(scheme, depth, 0.0, seed)
+                paths = tuple(f"{scheme}-L{depth}-s{seed}/ckpt-{i}.ckpt" for i in it)
+                out.append(rl.Trajectory(key, it, loss, {"mean_k": path, "block_dce": lesion},
+                                         paths))  # fmt: skip
+    return out
+
+
+@pytest.mark.parametrize("beta, word", [(0.3, "supported"), (-0.3, "contradicted")])
+def test_depth_held_fixed_finds_the_within_depth_sign_that_pooling_reverses(beta, word):
+    trajs = _depth_confounded(beta, data_seed=1)
+    levels = rl.choose_levels(trajs, n=3)
+    # pooled without depth, the between-depth difference decides: a negative slope either way
+    (r0,) = rs.analyse(trajs, levels[:1], B=20)
+    y, X, names, _ = rs.design(r0.points, "mean_k", "block_dce", SCHEMES)
+    assert "depth=12" not in names and rs.regress(y, X, names)["mean_k"] < 0
+    # depth a fixed effect: the within-depth sign, at every level
+    results = rs.analyse(trajs, levels, B=500)
+    assert [r.verdict for r in results] == [word] * 3, [r.sentence for r in results]
+    assert all(r.names[-1] == "depth=12" for r in results)
+    assert all(r.path_coef[0] == pytest.approx(beta, abs=0.1) for r in results)
+    strata, skipped = rs.by_depth(trajs, levels, B=500)
+    assert skipped == [] and sorted(strata) == [6, 12]
+    for rs_ in strata.values():  # each depth alone says the same, on its 20 models
+        assert [r.verdict for r in rs_] == [word] * 3 and all(r.models == 20 for r in rs_)
+        assert all("depth=" not in " ".join(r.names) for r in rs_)
+
+
+def test_no_effect_within_depth_is_not_resolved_despite_the_confound():
+    trajs = _depth_confounded(0.0, data_seed=2, noise=0.3)
+    results = rs.analyse(trajs, rl.choose_levels(trajs, n=3), B=500)
+    assert [r.verdict for r in results] == ["not resolved at this size"] * 3
+
+
+def test_a_depth_too_thin_for_a_verdict_is_named_and_skipped():
+    trajs = _depth_confounded(0.3, data_seed=1)
+    thin = [t for t in trajs if t.model.depth == 6] + [
+        t for t in trajs if t.model.depth == 12 and t.model.seed == 0][:2]  # fmt: skip
+    strata, skipped = rs.by_depth(thin, rl.choose_levels(thin, n=2), B=50)
+    assert sorted(strata) == [6]
+    assert skipped == ["depth 12: 2 model(s) from 1 training seed(s); a verdict needs at least "
+                       "3 models and 2 seeds: skipped"]  # fmt: skip

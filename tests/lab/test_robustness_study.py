@@ -245,7 +245,7 @@ def test_the_table_states_the_claim_what_each_column_holds_fixed_and_its_evidenc
     claim = next(ln for ln in text if ln.startswith("the claim: "))
     assert "shorter paths" in claim and "supported: shorter paths, cheaper lesions" in claim
     head = next(ln for ln in text if ln.lstrip().startswith("level |"))
-    assert "b(path length | scheme, loss)" in head and "rho(k, cost | loss)" in head
+    assert "b(path length | scheme, depth, loss)" in head and "rho(k, cost | loss)" in head
     (evidence,) = [ln for ln in text if ln.startswith("evidence: ")]
     cfg = RobustnessConfig.quick()
     assert f"{len(cfg.seeds)} training seeds" in evidence
@@ -269,6 +269,10 @@ def test_the_json_names_the_bootstrap_count_for_what_it_is(study, capsys):
     r0 = doc["results"][0]
     assert "B" not in r0 and r0["bootstrap_resamples"] == RobustnessConfig.quick().bootstrap
     assert r0["distinct_resamples"] == distinct_resamples(r0["seeds"])
+    # one depth (2): its stratum is the whole study, without a depth term
+    assert list(doc["by_depth"]) == ["2"] and doc["depths_skipped"] == []
+    assert doc["by_depth"]["2"][0]["b_mean_k"] == pytest.approx(r0["b_mean_k"])
+    assert not any(k.startswith("b_depth=") for k in r0)
 
 
 def test_the_figure_legend_is_words(study):

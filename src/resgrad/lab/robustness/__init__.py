@@ -41,6 +41,7 @@ from resgrad.lab.robustness.stats import (  # noqa: F401
     LevelResult,
     analyse,
     bootstrap,
+    by_depth,
     design,
     distinct_resamples,
     partial_spearman,

@@ -69,8 +69,11 @@ def render(results: Sequence[LevelResult], trajs: Sequence[Trajectory], cfg: Rob
         recs = [r.record() for r in results]
         return to_csv(recs, list(recs[0]))
     if fmt == "json":
+        strata, skipped = _strata(results, trajs, cfg)
         out = {"study": describe(cfg, len(trajs)), "command": command,
                "levels": [r.level for r in results], "results": [r.record() for r in results],
+               "by_depth": {str(L): [r.record() for r in rs_] for L, rs_ in strata.items()},
+               "depths_skipped": skipped,
                "points": [p for r in results for p in r.point_records()]}  # fmt: skip
         return json.dumps(out, indent=2, default=float) + "\n"
     r0 = results[0]
@@ -83,15 +86,24 @@ def render(results: Sequence[LevelResult], trajs: Sequence[Trajectory], cfg: Rob
              + ", ".join(f"{r.level:g}" for r in results)]  # fmt: skip
     # each column says what it holds fixed: the verdict reads the regression's coefficient,
     # which holds scheme and loss fixed; the rank correlations hold nothing (or loss) fixed
+    b = "b(path length | scheme, depth, loss) [95% CI over seeds]"
     head = (f"{'level':>7} | {'models':>6} | {'rho(k, cost)':>12} | {'rho(k, cost | loss)':>19} | "
-            f"{'b(path length | scheme, loss) [95% CI over seeds]':>50} | verdict")  # fmt: skip
+            f"{b:>57} | verdict")  # fmt: skip
     lines += [head, "-" * len(head)]
     for r in results:
         b, lo, hi = r.path_coef
         ci = f"{b:+.4f} [{lo:+.4f}, {hi:+.4f}]"
         lines.append(f"{r.level:>7.4g} | {r.models:>6} | {r.spearman:>+12.3f} | "
-                     f"{r.partial:>+19.3f} | {ci:>50} | {r.verdict}")  # fmt: skip
+                     f"{r.partial:>+19.3f} | {ci:>57} | {r.verdict}")  # fmt: skip
     lines.append(evidence(results, cfg))
+    strata, skipped = _strata(results, trajs, cfg)
+    if len(strata) > 1 or skipped:
+        lines.append("within each depth alone (b(path length | scheme, loss) [95% CI]):")
+        for L, rs_ in strata.items():
+            lines.append(f"  L={L:<3}" + "; ".join(
+                f"{r.level:g}: {r.path_coef[0]:+.4f} [{r.path_coef[1]:+.4f}, "
+                f"{r.path_coef[2]:+.4f}] {r.verdict}" for r in rs_))  # fmt: skip
+        lines += [f"  {line}" for line in skipped]
     lines.append("")
     lines += [r.sentence for r in results]
     lines.append("")
@@ -106,6 +118,16 @@ def render(results: Sequence[LevelResult], trajs: Sequence[Trajectory], cfg: Rob
 CLAIM = (
     "at equal loss, a model whose gradient travels shorter paths loses less when a block is deleted"
 )
+
+
+def _strata(results: Sequence[LevelResult], trajs: Sequence[Trajectory], cfg: RobustnessConfig):
+    """The study at each depth alone (:func:`~resgrad.lab.robustness.stats.by_depth`), at the
+    pooled results' levels: ({depth: results}, the depths skipped and why)."""
+    from resgrad.lab.robustness.stats import by_depth
+
+    r0 = results[0]
+    return by_depth(trajs, [r.level for r in results], r0.path_metric, r0.lesion_metric,
+                    B=r0.resamples)  # fmt: skip
 
 
 def evidence(results: Sequence[LevelResult], cfg: RobustnessConfig) -> str:

@@ -29,6 +29,7 @@ __all__ = [
     "LevelResult",
     "analyse",
     "bootstrap",
+    "by_depth",
     "design",
     "distinct_resamples",
     "partial_spearman",
@@ -350,13 +351,22 @@ def distinct_resamples(seeds: int) -> int:
 
 
 def design(
-    points: Sequence[Point], path_metric: str, lesion_metric: str, schemes: Sequence[str]
+    points: Sequence[Point],
+    path_metric: str,
+    lesion_metric: str,
+    schemes: Sequence[str],
+    depths: Sequence[int] = (),
 ) -> tuple[np.ndarray, np.ndarray, tuple[str, ...], np.ndarray]:
     """The regression's rows at one level: (y (M,), X (M, P), names (P,), seeds (M,)).
 
     y is each point's lesion cost, X its path length, then the LOSS OF ITS NEAREST KEPT
     CHECKPOINT as measured (at the level itself every point's loss is the level, a constant),
-    then one indicator per scheme but the first of ``schemes`` (the reference).
+    then one indicator per scheme but the first of ``schemes`` (the reference), then one
+    per depth but the first of ``depths``: DEPTH AS A FIXED EFFECT, so that the path-length
+    coefficient combines only within-depth evidence. Pooled without it, depth drives path
+    length up and the per-block lesion cost down (a block is a smaller share of a deeper
+    model), and a claim true at every depth reads as contradicted
+    (tests/lab/test_robustness_stats.py, the depth confound).
 
     Raises
     ------
@@ -373,9 +383,12 @@ def design(
     path = np.array([p.metrics[path_metric] for p in points])  # (M,)
     loss = np.array([p.nearest.loss for p in points])  # (M,)
     scheme = np.array([p.model[0] for p in points])  # (M,)
-    dummies = [(scheme == s).astype(np.float64) for s in schemes[1:]]  # (P-2,) of (M,)
+    depth = np.array([p.model[1] for p in points])  # (M,)
+    dummies = [(scheme == s).astype(np.float64) for s in schemes[1:]]  # (S-1,) of (M,)
+    dummies += [(depth == d).astype(np.float64) for d in depths[1:]]  # (D-1,) of (M,)
     X = np.column_stack([path, loss, *dummies])  # (M, P)
-    names = (path_metric, "loss", *[f"scheme={s}" for s in schemes[1:]])
+    names = (path_metric, "loss", *[f"scheme={s}" for s in schemes[1:]],
+             *[f"depth={d}" for d in depths[1:]])  # fmt: skip
     return y, X, names, np.array([p.model[3] for p in points])
 
 
@@ -415,9 +428,10 @@ def analyse(
     At each level: every model :func:`~resgrad.lab.robustness.levels.at_level`
     (interpolated); Spearman's rho of path length and lesion cost across the models; the
     partial rho given the nearest checkpoints' actual loss; OLS of lesion cost on path
-    length, that loss and scheme (the first scheme met is the reference; see
-    :func:`design`) with :func:`bootstrap` intervals over training seeds (the same
-    ``seed`` at every level); and the :func:`verdict`.
+    length, that loss, scheme and depth (the first scheme met and the shallowest depth are
+    the references; depth a fixed effect, see :func:`design`) with :func:`bootstrap`
+    intervals over training seeds (the same ``seed`` at every level); and the
+    :func:`verdict`. :func:`by_depth` gives the same at each depth alone.
 
     Raises
     ------
@@ -429,11 +443,12 @@ def analyse(
     levels = check_levels(trajs, levels)
     _check_models(trajs, path_metric, lesion_metric)
     schemes = list(dict.fromkeys(t.model[0] for t in trajs))
+    depths = sorted({t.model[1] for t in trajs})
     seeds = len({t.model[3] for t in trajs})
     out = []
     for level in levels:
         points = tuple(at_level(t, level) for t in trajs)
-        y, X, names, clusters = design(points, path_metric, lesion_metric, schemes)
+        y, X, names, clusters = design(points, path_metric, lesion_metric, schemes, depths)
         rho = spearman(X[:, 0], y)
         partial = partial_spearman(X[:, 0], y, X[:, 1])
         coef = regress(y, X, names)
@@ -446,3 +461,26 @@ def analyse(
                                tuple(ci[k][1] for k in keys), len(points), seeds, int(B),
                                word, sentence))  # fmt: skip
     return out
+
+
+def by_depth(
+    trajs: Sequence[Trajectory],
+    levels: Sequence[float],
+    path_metric: str = "mean_k",
+    lesion_metric: str = "block_dce",
+    B: int = 1000,
+    seed: int = 0,
+) -> tuple[dict[int, list[LevelResult]], list[str]]:
+    """:func:`analyse` within each depth alone: ({depth: its results}, skipped), where
+    ``skipped`` says, a line each, which depth has too few models (3) or training seeds (2)
+    for its test; such a depth is left out, never merged into another."""
+    out, skipped = {}, []
+    for L in sorted({t.model[1] for t in trajs}):
+        sub = [t for t in trajs if t.model[1] == L]
+        seeds = len({t.model[3] for t in sub})
+        if len(sub) < 3 or seeds < 2:
+            skipped.append(f"depth {L}: {len(sub)} model(s) from {seeds} training seed(s); "
+                           "a verdict needs at least 3 models and 2 seeds: skipped")  # fmt: skip
+            continue
+        out[L] = analyse(sub, levels, path_metric, lesion_metric, B=B, seed=seed)
+    return out, skipped
