@@ -259,6 +259,13 @@ def test_verdict_words_and_sentence():
     )
 
 
+def _synthetic(scheme, depth, seed, it, loss, path, lesion) -> rl.Trajectory:
+    """A synthetic model's trajectory: its path length and lesion cost at each checkpoint."""
+    key = rl.ModelKey(scheme, depth, 0.0, seed)
+    paths = tuple(f"{scheme}-L{depth}-s{seed}/ckpt-{i}.ckpt" for i in it)
+    return rl.Trajectory(key, it, loss, {"mean_k": path, "block_dce": lesion}, paths)
+
+
 def _models(beta, noise, data_seed, same_loss=False):
     """4 schemes x 2 depths x 3 seeds = 24 models, 8 checkpoints each. Path length differs
     by scheme, depth and seed and drifts with training; lesion cost = beta * path length +
@@ -275,10 +282,7 @@ def _models(beta, noise, data_seed, same_loss=False):
                 path = 2.0 + 0.8 * s + 0.15 * depth + rng.normal(0, 0.5) + 0.5 * (loss - 3)
                 lesion = 0.5 + beta * path + 0.3 * (loss - 3) + 0.2 * s
                 lesion = lesion + rng.normal(0, noise, 8)
-                key = rl.ModelKey(scheme, depth, 0.0, seed)
-                paths = tuple(f"{scheme}-L{depth}-s{seed}/ckpt-{i}.ckpt" for i in it)
-                out.append(rl.Trajectory(key, it, loss, {"mean_k": path, "block_dce": lesion},
-                                         paths))  # fmt: skip
+                out.append(_synthetic(scheme, depth, seed, it, loss, path, lesion))
     return out
 
 
@@ -343,11 +347,11 @@ def test_analyse_refusals():
 
 
 def _depth_confounded(beta, data_seed, noise=0.01, seeds=5):
-    """4 schemes x depths 6 and 12 x ``seeds`` seeds. Within a depth, lesion cost = beta x path length
-    (+ scheme and loss effects + noise); across depths, the deeper models have longer paths
-    (+1.5) and a smaller per-block lesion cost (-0.3: a block is a smaller share of a deeper
-    model), the confound issue 47 found: pooled without depth, path length and lesion cost
-    fall apart whatever beta is."""
+    """4 schemes x depths 6 and 12 x ``seeds`` seeds. Within a depth, lesion cost = beta x
+    path length (+ scheme and loss effects + noise); across depths, the deeper models have
+    longer paths (+1.5) and a smaller per-block lesion cost (-0.3: a block is a smaller
+    share of a deeper model), the confound issue 47 found: pooled without depth, path
+    length and lesion cost fall apart whatever beta is."""
     rng = np.random.default_rng(data_seed)
     it = np.arange(8) * 250
     base, cost = {6: 1.5, 12: 3.0}, {6: 0.4, 12: 0.1}
@@ -360,10 +364,7 @@ def _depth_confounded(beta, data_seed, noise=0.01, seeds=5):
                 path = base[depth] + 0.3 * s + own + 0.2 * (loss - 3)
                 lesion = cost[depth] + beta * (path - base[depth]) + 0.3 * (loss - 3) + 0.1 * s
                 lesion = lesion + rng.normal(0, noise, 8)
-                key = rl.ModelKey(scheme, depth, 0.0, seed)
-                paths = tuple(f"{scheme}-L{depth}-s{seed}/ckpt-{i}.ckpt" for i in it)
-                out.append(rl.Trajectory(key, it, loss, {"mean_k": path, "block_dce": lesion},
-                                         paths))  # fmt: skip
+                out.append(_synthetic(scheme, depth, seed, it, loss, path, lesion))
     return out
 
 

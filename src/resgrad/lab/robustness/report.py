@@ -126,8 +126,8 @@ def _strata(results: Sequence[LevelResult], trajs: Sequence[Trajectory], cfg: Ro
     from resgrad.lab.robustness.stats import by_depth
 
     r0 = results[0]
-    return by_depth(trajs, [r.level for r in results], r0.path_metric, r0.lesion_metric,
-                    B=r0.resamples)  # fmt: skip
+    return by_depth(trajs, [r.level for r in results], path_metric=r0.path_metric,
+                    lesion_metric=r0.lesion_metric, B=r0.resamples)  # fmt: skip
 
 
 def evidence(results: Sequence[LevelResult], cfg: RobustnessConfig) -> str:

@@ -464,14 +464,10 @@ def analyse(
 
 
 def by_depth(
-    trajs: Sequence[Trajectory],
-    levels: Sequence[float],
-    path_metric: str = "mean_k",
-    lesion_metric: str = "block_dce",
-    B: int = 1000,
-    seed: int = 0,
+    trajs: Sequence[Trajectory], levels: Sequence[float], **analysis
 ) -> tuple[dict[int, list[LevelResult]], list[str]]:
-    """:func:`analyse` within each depth alone: ({depth: its results}, skipped), where
+    """:func:`analyse` (``analysis``: its settings) within each depth alone:
+    ({depth: its results}, skipped), where
     ``skipped`` says, a line each, which depth has too few models (3) or training seeds (2)
     for its test; such a depth is left out, never merged into another."""
     out, skipped = {}, []
@@ -482,5 +478,5 @@ def by_depth(
             skipped.append(f"depth {L}: {len(sub)} model(s) from {seeds} training seed(s); "
                            "a verdict needs at least 3 models and 2 seeds: skipped")  # fmt: skip
             continue
-        out[L] = analyse(sub, levels, path_metric, lesion_metric, B=B, seed=seed)
+        out[L] = analyse(sub, levels, **analysis)
     return out, skipped
