@@ -53,9 +53,9 @@ MODEL_SEEDS = (0, 1, 2)  # a model's default window seeds: mean ± std over 3 ba
 LESSON_SEEDS = (42,)  # the lesson's default bank seed: its own stack
 MORE = "pass --budget {seconds} to allow it, or ask for fewer --what, --k, --samples or --seeds"
 # the table's legend of a random kind's k, under the table
-SETS_NOTE = (f"sets: those measured of those there are; a k with at most {EXACT_SETS} (C(L, k) "
-             "for delete) is exact, every set measured, else N are drawn (delete: each block "
-             "in as many)")  # fmt: skip
+SETS_NOTE = (f"sets: measured of all; a k with at most {EXACT_SETS} sets (C(L, k) for delete) "
+             "is exact, every one measured; else N are drawn, delete's with each block in as "
+             "many")  # fmt: skip
 SAMPLING_NOTE = ("± sampling: the half-width of the 95% interval of a drawn k's mean over all "
                  "its sets (the draw's error, which the spread over seeds or runs cannot "
                  "show)")  # fmt: skip
