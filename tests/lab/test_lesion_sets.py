@@ -78,6 +78,8 @@ def test_a_balanced_draw_deletes_every_block_as_often_or_once_more_and_is_seeded
         assert all(len(set(s)) == k and list(s) == sorted(s) and 0 <= s[0] for s in sets)
         counts = np.bincount([i for s in sets for i in s], minlength=L)  # (L,)
         assert counts.max() - counts.min() <= 1 and counts.sum() == n * k
+    drawn = ls.deletion_sets(12, 5, 60, seed=3)  # the plan's draw is this one
+    assert np.ptp(np.bincount([i for s in drawn for i in s], minlength=12)) == 0  # 25 each
     assert ls.deletion_sets(12, 5, 10, seed=3) == ls.deletion_sets(12, 5, 10, seed=3)
     assert ls.deletion_sets(12, 5, 10, seed=3) != ls.deletion_sets(12, 5, 10, seed=4)
 
