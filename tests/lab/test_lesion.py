@@ -266,9 +266,10 @@ def test_rows_are_the_mean_and_sample_std_over_seeds_and_over_the_random_sets():
         assert b1.get(metric)[0] == pytest.approx(sum(xs) / 3, rel=1e-12, abs=1e-15)
         assert b1.get(metric)[1] == pytest.approx(sample_std(xs), rel=1e-12, abs=1e-15)
     js = [j for j, les in enumerate(lesions) if les.kind == "delete" and les.k == 2]
-    assert len(js) == 2 and table[5].samples == 2
+    assert len(js) == 3 and table[5].samples == 3 == table[5].sets  # C(3, 2) = 3: every set
+    assert table[5].exact and table[5].ci == (0.0,) * 5
     per_set = [float(np.mean(res.values[j, :, 1])) for j in js]  # dce, each set over the seeds
-    assert table[5].get("dce")[0] == pytest.approx(sum(per_set) / 2, rel=1e-12)
+    assert table[5].get("dce")[0] == pytest.approx(sum(per_set) / 3, rel=1e-12)
     assert table[5].get("dce")[1] == pytest.approx(sample_std(per_set), rel=1e-12)
     assert table[5].get("dce")[1] > 0
     one = lesiontables.rows(lesionstudy.model_study(m, IDS, lesions, seq=8, batch=2, seeds=(0,)))
@@ -310,12 +311,12 @@ def test_the_mean_and_std_over_runs_and_unlike_runs_refused_by_name():
 
 
 def test_random_sets_are_seeded_distinct_and_every_set_where_there_are_few():
-    sets = ls.deletion_sets(12, 3, 10, seed=4)
-    assert len(sets) == 10 and all(len(set(s)) == 3 and list(s) == sorted(s) for s in sets)
+    sets = ls.deletion_sets(12, 5, 10, seed=4)  # C(12, 5) = 792 > EXACT_SETS: drawn
+    assert len(sets) == 10 and all(len(set(s)) == 5 and list(s) == sorted(s) for s in sets)
     assert all(0 <= i < 12 for s in sets for i in s)
-    assert sets == ls.deletion_sets(12, 3, 10, seed=4) != ls.deletion_sets(12, 3, 10, seed=5)
+    assert sets == ls.deletion_sets(12, 5, 10, seed=4) != ls.deletion_sets(12, 5, 10, seed=5)
     assert ls.deletion_sets(4, 2, 6) == [(0, 1), (0, 2), (0, 3), (1, 2), (1, 3), (2, 3)]
-    assert len(ls.deletion_sets(4, 2, 5)) == 5  # C(4, 2) = 6 > 5: drawn
+    assert ls.deletion_sets(4, 2, 1) == ls.deletion_sets(4, 2, 6)  # 6 <= EXACT_SETS: every set
     assert ls.deletion_sets(5, 5, 10) == [(0, 1, 2, 3, 4)]
     pairs = ls.pair_sets(12, 3, 10, seed=4)
     for s in pairs:
@@ -325,7 +326,7 @@ def test_random_sets_are_seeded_distinct_and_every_set_where_there_are_few():
     assert sorted(every) == [((0, 1), (2, 3)), ((0, 2), (1, 3)), ((0, 3), (1, 2))]
     assert len(ls.pair_sets(6, 2, 1000)) == 45  # C(6, 4) x 3 pairings
     assert len(set(ls.pair_sets(6, 2, 45))) == 45  # as many as there are: every one, once
-    assert len(ls.pair_sets(6, 2, 44)) == 44
+    assert len(ls.pair_sets(6, 2, 44)) == 45  # 45 <= EXACT_SETS: every one, whatever N
     # each k draws from its own stream: asking for another k changes no set of this one
     one = [les.name for les in ls.plan(8, what=("delete",), ks=(3,), samples=4)]
     two = [les.name for les in ls.plan(8, what=("delete",), ks=(2, 3), samples=4)]

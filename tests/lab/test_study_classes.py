@@ -164,7 +164,8 @@ def _matchings_by_hand(L, k):
             if len({b for p in c for b in p}) == 2 * k}  # fmt: skip
 
 
-def test_deletion_sets_are_valid_distinct_blocks_and_every_set_when_n_allows():
+def test_deletion_sets_are_valid_distinct_blocks_and_every_set_when_n_allows(monkeypatch):
+    monkeypatch.setattr(les, "EXACT_SETS", 0)  # N alone decides: every set where N allows
     for L in (3, 4, 6):
         for k in range(1, L + 1):
             every = set(itertools.combinations(range(L), k))
@@ -174,7 +175,7 @@ def test_deletion_sets_are_valid_distinct_blocks_and_every_set_when_n_allows():
                 few = les.deletion_sets(L, k, math.comb(L, k) - 1, seed=2)
                 assert len(few) == math.comb(L, k) - 1
                 assert all(len(set(s)) == k and set(s) <= set(range(L)) for s in few)
-    drawn = les.deletion_sets(12, 3, 100, seed=9)  # C(12, 3) = 220 > 100: drawn at random
+    drawn = les.deletion_sets(12, 3, 100, seed=9)  # C(12, 3) = 220 > 100: drawn
     assert len(drawn) == 100
     assert all(len(set(s)) == 3 and list(s) == sorted(s) for s in drawn)
     assert set().union(*drawn) == set(range(12))  # every block, the last one too
@@ -248,7 +249,7 @@ def _sample_std(xs):
     return math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1))
 
 
-PLAN = les.plan(4, what=("block", "delete"), ks=(2,), samples=3, seed=5)  # C(4, 2) = 6 > 3
+PLAN = les.plan(4, what=("block", "delete"), ks=(2,), samples=3, seed=5)  # all C(4, 2) = 6
 
 
 def test_a_row_is_the_mean_and_sample_std_over_seeds_and_a_random_k_over_its_sets():
@@ -263,9 +264,9 @@ def test_a_row_is_the_mean_and_sample_std_over_seeds_and_a_random_k_over_its_set
             assert r.std[m] == pytest.approx(_sample_std(xs), rel=1e-12)
         assert r.samples == 1
     rand = table[5]
-    assert rand.samples == 3 and rand.k == 2
+    assert rand.samples == 6 == rand.sets and rand.k == 2 and rand.exact  # 6 <= EXACT_SETS
     for m in range(5):
-        set_means = [_mean([vals[j, s, m] for s in range(3)]) for j in (5, 6, 7)]
+        set_means = [_mean([vals[j, s, m] for s in range(3)]) for j in range(5, 11)]
         assert rand.mean[m] == pytest.approx(_mean(set_means), rel=1e-12)
         assert rand.std[m] == pytest.approx(_sample_std(set_means), rel=1e-12)
     one = tables.rows(_result(vals[:, :1], PLAN, seeds=(0,)))

@@ -63,8 +63,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         type=_common.positive_int,
         default=10,
         metavar="N",
-        help=f"random sets of each k, at most {lesion.MAX_SAMPLES:,}; every set where there "
-        "are no more than N (default: 10)",
+        help=f"random sets drawn of each k, at most {lesion.MAX_SAMPLES:,}, where the k has "
+        f"more than {lesion.EXACT_SETS} sets (C(L, k) for delete) and more than N; a k with "
+        "fewer is exact, every set measured, and N does not apply to it. delete draws each "
+        "block into as many sets, and the table gives the draw's 95%% sampling interval "
+        "(default: 10)",
     )
     p.add_argument("--sample-seed", type=int, default=0, metavar="S",
                    help="seeds the random sets, in [0, 2**32) (default: 0)")  # fmt: skip

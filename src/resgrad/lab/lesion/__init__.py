@@ -8,6 +8,7 @@ from resgrad.lab.lesion.figs import (  # noqa: F401
 )
 from resgrad.lab.lesion.interventions import (  # noqa: F401
     BLOCK_OVERHEAD_S,
+    EXACT_SETS,
     KINDS,
     LESSON_KINDS,
     LESSON_LAYER_S,
@@ -17,6 +18,7 @@ from resgrad.lab.lesion.interventions import (  # noqa: F401
     RANDOM,
     Cost,
     Lesion,
+    balanced_sets,
     delete_blocks,
     delete_branch,
     deletion_sets,
@@ -25,6 +27,7 @@ from resgrad.lab.lesion.interventions import (  # noqa: F401
     model_cost,
     pair_sets,
     plan,
+    population,
     progress_bar,
     require_time,
     swap_blocks,
@@ -71,5 +74,6 @@ from resgrad.lab.lesion.tables import (  # noqa: F401
     across_runs,
     row_keys,
     rows,
+    sampled_mean,
     summary,
 )

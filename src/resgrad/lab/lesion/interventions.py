@@ -39,8 +39,11 @@ scale is part of the block's function, as its weights are, as a module moved in
 **Interventions** (:data:`KINDS`): ``attn`` and ``mlp`` delete one branch, ``block`` one
 block, ``delete`` k random blocks (Veit's figure 5a), ``swap`` adjacent blocks i and i + 1
 (Lad et al.), ``pairs`` k random disjoint pairs of blocks swapped (Veit's figure 5b). A
-random kind draws N sets of each k from ``np.random.default_rng([seed, k, kind])``, or
-takes every set where there are no more than N.
+random kind's k is exact where it can be: every one of its sets is measured where there
+are at most :data:`EXACT_SETS` (or N) of them, C(L, k) for ``delete``. Otherwise N sets are
+drawn from ``np.random.default_rng([seed, k, kind])``; ``delete``'s so that every block is
+deleted equally often (:func:`balanced_sets`), and the table gives the draw's sampling
+interval beside the spread over seeds or runs (:mod:`resgrad.lab.lesion.tables`).
 
 **Metrics** (:data:`~resgrad.lab.lesion.measure.METRICS`), on B windows of T + 1 tokens drawn
 by seed exactly as ``resgrad flow`` and ``resgrad paths`` draw them
@@ -67,6 +70,7 @@ and :mod:`resgrad.lab.lesion` follows it through training.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -102,6 +106,7 @@ __all__ = [
     "LESSON_KINDS",
     "Cost",
     "Lesion",
+    "balanced_sets",
     "delete_blocks",
     "delete_branch",
     "deletion_sets",
@@ -110,6 +115,7 @@ __all__ = [
     "model_cost",
     "pair_sets",
     "plan",
+    "population",
     "progress_bar",
     "require_time",
     "swap_blocks",
@@ -119,6 +125,10 @@ KINDS = ("attn", "mlp", "block", "delete", "swap", "pairs")  # every interventio
 LESSON_KINDS = ("block", "delete", "swap", "pairs")  # the lesson's stack: one branch a layer
 RANDOM = ("delete", "pairs")  # N random sets per k
 MAX_SAMPLES = 10_000  # N, random sets per k
+# a k with at most this many sets (C(L, k) for delete) is exact: every set is measured. 500
+# holds every k of a 12-block stack from 1 to 4 (12, 66, 220, 495 sets), where a draw of 10
+# sets per k gave a cost that was not monotone in k (issue 47)
+EXACT_SETS = 500
 MAX_LESIONS = 100_000  # interventions in one plan (each a few L-long tuples)
 MAX_SEED = 2**32  # seeds are in [0, 2**32), as numpy's
 # seconds of one block's forward: a fixed cost of Python and NumPy calls plus its flops at
@@ -161,6 +171,11 @@ class Lesion:
         return self.L
 
     @property
+    def deleted(self) -> tuple[int, ...]:
+        """The positions whose block is deleted, both of its branches."""
+        return tuple(p for p in range(self.L) if not (self.attn[p] or self.mlp[p]))
+
+    @property
     def name(self) -> str:
         """``intact``, ``attn 3``, ``block 3``, ``swap 3,4``, ``delete {1,5}``,
         ``pairs (1,5)(2,7)``."""
@@ -171,8 +186,7 @@ class Lesion:
         if self.kind == "swap":
             return f"swap {self.layer},{self.layer + 1}"
         if self.kind == "delete":
-            gone = [p for p in range(self.L) if not (self.attn[p] or self.mlp[p])]
-            return "delete {" + ",".join(map(str, gone)) + "}"
+            return "delete {" + ",".join(map(str, self.deleted)) + "}"
         moved = sorted({(min(p, q), max(p, q)) for p, q in enumerate(self.order) if p != q})
         return "pairs " + "".join(f"({a},{b})" for a, b in moved)
 
@@ -248,13 +262,84 @@ def _comb_capped(n: int, k: int, cap: int) -> int:
     return c
 
 
+def _exact(count: int, samples: int) -> bool:
+    """Whether a k of ``count`` sets (capped) is measured whole: at most
+    max(:data:`EXACT_SETS`, N) of them."""
+    return count <= max(EXACT_SETS, samples)
+
+
+def _measured(count: int, samples: int) -> int:
+    """The sets measured of a k of ``count`` sets (capped): all of them, or N drawn."""
+    return count if _exact(count, samples) else samples
+
+
+def population(kind: str, L: int, k: int) -> int:
+    """The sets of one k of a random kind on L blocks: C(L, k) for ``delete``, C(L, 2k)
+    (2k - 1)!! for ``pairs``."""
+    if kind == "delete":
+        return math.comb(L, k)
+    return math.comb(L, 2 * k) * math.prod(range(1, 2 * k, 2))
+
+
+def balanced_sets(L: int, k: int, samples: int, rng: np.random.Generator) -> list[tuple[int, ...]]:
+    """``samples`` distinct sets of k of the L blocks, each block in as many sets as the
+    others, or one more: each set takes the k blocks deleted least often so far, ties broken
+    at random.
+
+    Counts that differ by at most 1 stay so: if m blocks are at the lowest count c, a set
+    takes k of them (m >= k), or all m and k - m at c + 1. Where that set was drawn before
+    (m = k leaves no choice), it is drawn again with a random key that mixes more counts,
+    1 wider each 8 tries; then, while the counts differ by more than 1, a random set holding
+    a block of the highest count and not one of the lowest trades the first for the second
+    (:func:`_rebalance`). Every step is blind to the blocks' labels, so every k-set is equally
+    likely to be drawn, and the sets' mean cost is unbiased for the mean over all C(L, k).
+    Needs ``samples`` < C(L, k)."""
+    count = np.zeros(L, dtype=np.int64)  # (L,) the sets each block is in so far
+    out: list[tuple[int, ...]] = []
+    seen: set[tuple[int, ...]] = set()
+    for _ in range(samples):
+        for tries in itertools.count():
+            key = count + (1 + tries // 8) * rng.random(L)  # (L,) width 1: random ties only
+            s = tuple(sorted(np.argsort(key, kind="stable")[:k].tolist()))
+            if s not in seen:
+                break
+        out.append(s)
+        seen.add(s)
+        count[list(s)] += 1
+    return _rebalance(out, seen, count, rng)
+
+
+def _rebalance(out: list, seen: set, count: np.ndarray, rng: np.random.Generator) -> list:
+    """Trade blocks between sets until the counts (L,) differ by at most 1, or no set can
+    trade without repeating another: each trade lowers sum (count - mean)^2 by at least 2."""
+    while count.max() - count.min() > 1:
+        hi = int(rng.choice(np.flatnonzero(count == count.max())))
+        lo = int(rng.choice(np.flatnonzero(count == count.min())))
+        swap = [j for j, s in enumerate(out) if hi in s and lo not in s
+                and _traded(s, hi, lo) not in seen]  # fmt: skip
+        if not swap:
+            break
+        j = swap[int(rng.integers(len(swap)))]
+        seen.discard(out[j])
+        out[j] = _traded(out[j], hi, lo)
+        seen.add(out[j])
+        count[hi] -= 1
+        count[lo] += 1
+    return out
+
+
+def _traded(s: tuple[int, ...], hi: int, lo: int) -> tuple[int, ...]:
+    """Set s with block ``hi`` replaced by ``lo``, sorted."""
+    return tuple(sorted(lo if i == hi else i for i in s))
+
+
 def deletion_sets(L: int, k: int, samples: int, seed: int = 0) -> list[tuple[int, ...]]:
     """The sets of k blocks to delete: every one of the C(L, k) where that is at most
-    ``samples``, else ``samples`` sets drawn from ``default_rng([seed, k, 0])``."""
-    if _comb_capped(L, k, samples) <= samples:
+    max(:data:`EXACT_SETS`, ``samples``), else ``samples`` sets drawn by
+    :func:`balanced_sets` from ``default_rng([seed, k, 0])``."""
+    if _exact(_comb_capped(L, k, max(EXACT_SETS, samples)), samples):
         return list(itertools.combinations(range(L), k))
-    rng = np.random.default_rng([seed, k, 0])
-    return [tuple(sorted(rng.choice(L, size=k, replace=False).tolist())) for _ in range(samples)]
+    return balanced_sets(L, k, samples, np.random.default_rng([seed, k, 0]))
 
 
 def _pairings(n_blocks: int, k: int, cap: int) -> int:
@@ -277,10 +362,11 @@ def _matchings(items: tuple[int, ...]) -> list[tuple[tuple[int, int], ...]]:
 
 
 def pair_sets(L: int, k: int, samples: int, seed: int = 0) -> list[tuple[tuple[int, int], ...]]:
-    """The sets of k disjoint pairs to swap: every one where there are at most ``samples``,
-    else ``samples`` drawn from ``default_rng([seed, k, 1])`` (2k blocks in a random order,
-    paired first with second, third with fourth, ...)."""
-    if _pairings(L, k, samples) <= samples:
+    """The sets of k disjoint pairs to swap: every one where there are at most
+    max(:data:`EXACT_SETS`, ``samples``), else ``samples`` drawn from
+    ``default_rng([seed, k, 1])`` (2k blocks in a random order, paired first with second,
+    third with fourth, ...; a set may come twice)."""
+    if _exact(_pairings(L, k, max(EXACT_SETS, samples)), samples):
         return [m for c in itertools.combinations(range(L), 2 * k) for m in _matchings(c)]
     rng = np.random.default_rng([seed, k, 1])
     out = []
@@ -320,7 +406,8 @@ def plan(
     ks : sequence of int, optional
         k for ``delete`` (1..L) and ``pairs`` (1..L // 2); by default every one.
     samples : int
-        N, the random sets of each k (every set where there are no more), 1..MAX_SAMPLES.
+        N, the random sets of a k with more than max(:data:`EXACT_SETS`, N) sets (a k with
+        fewer is exact: every set), 1..MAX_SAMPLES.
     seed : int
         Seeds the random sets, in [0, 2**32).
     blocks : sequence of int, optional
@@ -365,11 +452,12 @@ def plan(
     kinds = [w for w in allowed if w in what]  # the kinds in one order, whatever was asked
     del_ks = range(1, L + 1) if ks is None else sorted(set(ks))
     pair_ks = range(1, L // 2 + 1) if ks is None else sorted(set(ks))
+    cap = max(EXACT_SETS, samples)  # counts capped above it: a deep stack's C(L, k) is huge
     count = 1 + sum(  # counted before any is built: a deep stack's plan could fill memory
         len(layers) if w in ("attn", "mlp", "block")
         else len([i for i in layers if i + 1 < L]) if w == "swap"
-        else sum(min(_comb_capped(L, k, samples), samples) for k in del_ks) if w == "delete"
-        else sum(min(_pairings(L, k, samples), samples) for k in pair_ks)
+        else sum(_measured(_comb_capped(L, k, cap), samples) for k in del_ks) if w == "delete"
+        else sum(_measured(_pairings(L, k, cap), samples) for k in pair_ks)
         for w in kinds
     )  # fmt: skip
     if count > MAX_LESIONS:

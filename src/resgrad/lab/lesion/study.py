@@ -17,8 +17,10 @@ import numpy as np
 
 from resgrad.formats.records import to_csv
 from resgrad.lab.lesion.interventions import (
+    EXACT_SETS,
     MAX_SAMPLES,
     MAX_SEED,
+    RANDOM,
     Cost,
     lesson_cost,
     model_cost,
@@ -50,6 +52,13 @@ __all__ = [
 MODEL_SEEDS = (0, 1, 2)  # a model's default window seeds: mean ± std over 3 batches
 LESSON_SEEDS = (42,)  # the lesson's default bank seed: its own stack
 MORE = "pass --budget {seconds} to allow it, or ask for fewer --what, --k, --samples or --seeds"
+# the table's legend of a random kind's k, under the table
+SETS_NOTE = (f"sets: measured of all; a k with at most {EXACT_SETS} sets (C(L, k) for delete) "
+             "is exact, every one measured; else N are drawn, delete's with each block in as "
+             "many")  # fmt: skip
+SAMPLING_NOTE = ("± sampling: the half-width of the 95% interval of a drawn k's mean over all "
+                 "its sets (the draw's error, which the spread over seeds or runs cannot "
+                 "show)")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -86,8 +95,9 @@ class LesionStudy:
     @property
     def setting(self) -> str:
         """The windows, seeds and sets, and the text: a title's second half."""
-        return (f"T={self.seq} B={self.batch}, {len(self.seeds)} window seed(s), "
-                f"N={self.samples} random sets per k; {self.text_name}")  # fmt: skip
+        return (f"T={self.seq} B={self.batch}, {len(self.seeds)} window seed(s), every set "
+                f"of a k with at most {max(EXACT_SETS, self.samples)}, else N={self.samples}; "
+                f"{self.text_name}")  # fmt: skip
 
     def fits(self, cfg) -> None:
         """Refuse a bad plan for the model's L, a ``seq`` it does not fit, and a study memory
@@ -165,17 +175,38 @@ def _pm(mean: float, std: float) -> str:
     return f"{mean:>8.4f} ± {std:<7.4f}" if math.isfinite(mean) else f"{'-':>18}"
 
 
-def table_text(table: Sequence[LesionRow]) -> str:
-    """The rows as a text table: an intervention a line, each metric's mean ± std."""
+def _sets(r: LesionRow) -> str:
+    """``1``, ``66 of 66`` (exact) or ``10 of 792`` (drawn)."""
+    if r.kind not in RANDOM:
+        return "1"
+    n = f"{r.sets:,}" if r.sets < 10**9 else f"{r.sets:.1e}"
+    return f"{r.samples:,} of {n}"
+
+
+def _sampling(r: LesionRow, j: int) -> str:
+    """A row's sampling interval of metric j: ``exact``, ``±0.0123``, or blank."""
+    if r.kind not in RANDOM:
+        return ""
+    return "exact" if r.exact else f"±{r.ci[j]:.4f}"
+
+
+def table_text(table: Sequence[LesionRow], spread: str = "± std") -> str:
+    """The rows as a text table: an intervention a line, each metric's mean ± std, and where
+    a k was drawn, not measured on every set, each metric's sampling interval beside it."""
     metrics = table[0].metrics
+    drawn = any(r.kind in RANDOM and not r.exact for r in table)
     w = max(12, *(len(r.name) for r in table))
-    head = f"{'intervention':<{w}} | {'k':>2} | {'N':>5} | " + " | ".join(
-        f"{HEADS[m]:>18}" for m in metrics
-    )
+    ws = max(5, *(len(_sets(r)) for r in table))
+    heads = [f"{HEADS[m]} {spread}" for m in metrics]
+    wm = [max(18, len(h)) for h in heads]  # a metric's column: mean ± std, 18 wide
+    cols = [f"{h:>{n}}" + (f" | {'± sampling':>10}" if drawn else "") for h, n in zip(heads, wm)]
+    head = f"{'intervention':<{w}} | {'k':>2} | {'sets':>{ws}} | " + " | ".join(cols)
     lines = [head, "-" * len(head)]
     for r in table:
-        cells = " | ".join(_pm(*r.get(m)) for m in metrics)
-        lines.append(f"{r.name:<{w}} | {r.k:>2} | {r.samples:>5} | {cells}".rstrip())
+        cells = " | ".join(f"{_pm(*r.get(m)):>{wm[j]}}"
+                           + (f" | {_sampling(r, j):>10}" if drawn else "")
+                           for j, m in enumerate(metrics))  # fmt: skip
+        lines.append(f"{r.name:<{w}} | {r.k:>2} | {_sets(r):>{ws}} | {cells}".rstrip())
     return "\n".join(lines)
 
 
@@ -198,8 +229,13 @@ def render(table: Sequence[LesionRow], res: StudyResult, what: str, runs: int = 
     spread = (f"mean ± std over {runs} runs" if runs > 1
               else f"mean ± std over {S} seed(s)" if S > 1 else "one seed")  # fmt: skip
     lines = [f"Lesion study: {what}; {spread}", table_text(table)]
-    if runs == 1:
-        lines.append("a random kind's k: mean ± std over its N sets, each averaged over the seeds")
+    if any(r.kind in RANDOM for r in table):
+        if runs == 1:
+            lines.append("a random kind's k: mean ± std over its sets, each averaged over the "
+                         "seeds")  # fmt: skip
+        lines.append(SETS_NOTE)
+        if any(not r.exact for r in table):
+            lines.append(SAMPLING_NOTE)
     lines.append(f"block forwards: {res.block_passes:,} of the {res.full_passes:,} a whole forward "
                  "per intervention would run (the intact prefix reused)" + (" in the first run"
                  if runs > 1 else ""))  # fmt: skip

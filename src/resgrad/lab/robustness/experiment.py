@@ -28,6 +28,7 @@ from resgrad.formats.checkpoint import LAST
 from resgrad.formats.sealed import stamp, stamp_problem
 from resgrad.lab.experiments.experiment import _check_same_cell, cell_key, run_cell
 from resgrad.lab.experiments.grid import run_grid, sidecar_path
+from resgrad.lab.lesion.interventions import EXACT_SETS
 from resgrad.lab.lesion.study import LesionStudy
 from resgrad.lab.lesion.tables import rows as lesion_rows
 from resgrad.lab.lesion.tables import summary as lesion_summary
@@ -90,7 +91,7 @@ class RobustnessConfig:
     lr: float = 1e-3  # peak learning rate (warmup 30 steps, cosine to lr / 10): issue 30's
     windows: int = 4  # windows per window seed of the studies
     window_seeds: tuple[int, ...] = (0, 1)
-    samples: int = 10  # random sets of the k = 2 deletion
+    samples: int = 10  # random sets of the k = 2 deletion where C(L, 2) > EXACT_SETS (L > 32)
     levels: tuple[float, ...] | None = None  # None: chosen in the range every model reaches
     n_levels: int = 4
     bootstrap: int = 1000  # resamples of the training seeds
@@ -321,7 +322,10 @@ def run_cells(cfg: RobustnessConfig, out_dir: str, *, jobs: int | None = None,
         last = os.path.join(c.out_dir, LAST)
         if os.path.exists(last):
             _check_same_cell(c, last, corpus)
-    studies = json.dumps(dataclasses.asdict(cfg.studies()[1]), sort_keys=True, default=str)
+    # the limit decides delete2_dce's sets (every one at these depths): rows read under another
+    # limit are read again
+    lesion_key = {**dataclasses.asdict(cfg.studies()[1]), "exact_sets": EXACT_SETS}
+    studies = json.dumps(lesion_key, sort_keys=True, default=str)
     keys = [cell_key(c, corpus.sha256) + studies for _, c, _ in cells]
     points = [(c, k, cfg, corpus.text) for _, c, k in cells]
     # a study refused before a model finished (no scheduler, Ctrl-C at once) leaves nothing
