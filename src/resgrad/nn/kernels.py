@@ -293,10 +293,9 @@ def _rows(x, b, h, scale):
 def _dots(a, i, b, j0, n, out):
     # out[:n] = a[i] . b[j0 + j] for j < n: one row against n rows, (n,)
     for j in range(n):
-        acc = a[i, 0] * b[j0 + j, 0]
-        for d in range(1, a.shape[1]):
-            acc += a[i, d] * b[j0 + j, d]
-        out[j] = acc
+        out[j] = 0.0
+        for d in range(a.shape[1]):  # from 0: D in whole vectors, no scalar tail
+            out[j] += a[i, d] * b[j0 + j, d]
 
 
 def _attn_forward(q, k, v, y, lse, scale, poly):
