@@ -29,7 +29,9 @@ differently (tests/nn/test_kernels.py holds them within 1e-5 in float32).
 NumPy steps (the switch off: batched products on BLAS's threads) and PyTorch's
 ``scaled_dot_product_attention(is_causal=True)`` with ``backward`` (its threads); every
 library on its default thread count. ``--rounds`` rounds, each way ``--repeat`` calls a
-round after a pause; the best call of each. Prints the CPU's vector width and the BLAS.
+round after a pause; the best call of each; then the same on one thread each (as one of
+the trainer's shards runs it). The compiled way turns ``kernels.FUSED_ATTENTION`` on for its
+calls (it is off by default). Prints the CPU's vector width and the BLAS.
 """
 
 from __future__ import annotations
@@ -119,14 +121,15 @@ def attention_ways(name: str) -> dict[str, Callable[[], object]]:
     B, T, C, H = c.batch_size, c.block_size, c.n_embd, c.n_head
     rng = np.random.default_rng(0)
     q, k, v, dy = (rng.standard_normal((B, H, T, C // H), dtype=np.float32) for _ in range(4))
+    was = kernels.FUSED_ATTENTION  # the compiled attention, on for the "compiled" way
 
     def resgrad(on: bool) -> Callable[[], object]:
         def run():
-            kernels.ENABLED = on
+            kernels.ENABLED = kernels.FUSED_ATTENTION = on
             try:
                 return sdpa_backward(dy, sdpa_forward(q, k, v)[1])
             finally:
-                kernels.ENABLED = True
+                kernels.ENABLED, kernels.FUSED_ATTENTION = True, was
 
         return run
 
@@ -148,31 +151,52 @@ def attention_ways(name: str) -> dict[str, Callable[[], object]]:
     return ways
 
 
+def _best_ms(ways: dict[str, Callable[[], object]], repeat: int, rounds: int) -> dict[str, float]:
+    """The best ms of each way: ``rounds`` rounds, each way ``repeat`` calls a round."""
+    best = {w: float("inf") for w in ways}
+    for f in ways.values():  # compile, warm
+        f()
+    for _ in range(rounds):
+        for w, f in ways.items():
+            settle()
+            for _ in range(repeat):
+                t0 = time.perf_counter()
+                f()
+                best[w] = min(best[w], time.perf_counter() - t0)
+    return {w: 1e3 * t for w, t in best.items()}
+
+
 def attention_table(names: list[str], repeat: int, rounds: int) -> None:
-    """Prints each config's attention ms three ways, and compiled / PyTorch."""
+    """Prints each config's attention ms three ways, and compiled / PyTorch: on every
+    library's default threads, then on one thread each (as a trainer's shard runs)."""
     import numba
 
+    try:
+        import torch
+    except ImportError:
+        torch = None
     print(f"CPU vectors: {vector_width()}; numba threads: {numba.get_num_threads()}")
-    print(f"{'config':<11} {'(B, H, T, D)':<18} {'compiled':>9} {'NumPy':>9} {'PyTorch':>9} "
-          f"{'compiled/PyTorch':>17}")  # fmt: skip
+    print(f"{'config':<11} {'(B, H, T, D)':<18} {'threads':>7} {'compiled':>9} {'NumPy':>9} "
+          f"{'PyTorch':>9} {'compiled/PyTorch':>17}")  # fmt: skip
     for name in names:
         c = BENCH_CONFIGS[name]
-        ways = attention_ways(name)
-        best = {w: float("inf") for w in ways}
-        for f in ways.values():  # compile, warm
-            f()
-        for _ in range(rounds):
-            for w, f in ways.items():
-                settle()
-                for _ in range(repeat):
-                    t0 = time.perf_counter()
-                    f()
-                    best[w] = min(best[w], time.perf_counter() - t0)
-        ms = {w: 1e3 * t for w, t in best.items()}
-        torch_ms = ms.get("PyTorch", float("nan"))
         shape = f"({c.batch_size}, {c.n_head}, {c.block_size}, {c.n_embd // c.n_head})"
-        print(f"{name:<11} {shape:<18} {ms['compiled']:>9.3f} {ms['NumPy steps']:>9.3f} "
-              f"{torch_ms:>9.3f} {ms['compiled'] / torch_ms:>16.2f}x")  # fmt: skip
+        for one in (False, True):
+            was = numba.get_num_threads(), torch.get_num_threads() if torch else 1
+            if one:
+                numba.set_num_threads(1)
+                if torch:
+                    torch.set_num_threads(1)
+            try:
+                with threadpool_limits(1 if one else None, user_api="blas"):
+                    ms = _best_ms(attention_ways(name), repeat, rounds)
+            finally:
+                numba.set_num_threads(was[0])
+                if torch:
+                    torch.set_num_threads(was[1])
+            t = ms.get("PyTorch", float("nan"))
+            print(f"{name:<11} {shape:<18} {'1' if one else 'all':>7} {ms['compiled']:>9.3f} "
+                  f"{ms['NumPy steps']:>9.3f} {t:>9.3f} {ms['compiled'] / t:>16.2f}x")  # fmt: skip
 
 
 def step_ms(name: str, rounds: int) -> dict[str, float]:

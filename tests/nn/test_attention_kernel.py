@@ -8,6 +8,20 @@ from resgrad.nn import kernels
 from resgrad.nn import layers as L
 from resgrad.verify.selfcheck import RTOL, compare, randomize_params
 
+
+@pytest.fixture(autouse=True)
+def fused(monkeypatch):
+    """The compiled attention on (it is off by default while slower than the NumPy steps)."""
+    monkeypatch.setattr(kernels, "FUSED_ATTENTION", True)
+
+
+def test_the_compiled_attention_is_off_by_default(monkeypatch):
+    monkeypatch.undo()
+    assert kernels.FUSED_ATTENTION is False
+    q = np.ones((1, 1, 3, 2))
+    assert isinstance(L.sdpa_forward(q, q, q)[1], L.SdpaCache)
+
+
 TOL = {np.float64: 1e-12, np.float32: 1e-5}  # relative to the array's largest entry
 
 # (B, H, T, D): T within one tile (16 queries, 64 keys), across tiles and not a multiple

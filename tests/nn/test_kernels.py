@@ -204,8 +204,9 @@ def test_attention_on_the_kernels_stays_within_the_numpy_passes(
     def run():
         y, c = sdpa_forward(q, k, v, block=block, dropout=dropout, train=True,
                             rng=np.random.default_rng(6))  # fmt: skip
-        # no dropout: the compiled attention; dropout: the compiled softmax in the steps
-        ran = isinstance(c, FlashCache) if dropout == 0 else c.scale_in_softmax
+        # the compiled attention (no dropout, kernels.FUSED_ATTENTION), or the steps with
+        # the compiled softmax
+        ran = isinstance(c, FlashCache) or c.scale_in_softmax
         return ran, [y, sdpa_probs(c), *sdpa_backward(dy, c, block=block)]
 
     fused_ran, fused = run()
@@ -224,6 +225,7 @@ def test_a_forward_on_the_kernel_has_a_right_backward_without_it(dropout, monkey
     compiled attention's cache (no dropout) gives the steps its recomputed probabilities."""
     from resgrad.nn.layers import FlashCache, sdpa_backward, sdpa_forward
 
+    monkeypatch.setattr(kernels, "FUSED_ATTENTION", True)
     rng = np.random.default_rng(7)
     q, k, v, dy = (rng.standard_normal((1, 2, 6, 4)) for _ in range(4))
     y, c = sdpa_forward(q, k, v, dropout=dropout, train=True, rng=np.random.default_rng(8))

@@ -59,6 +59,7 @@ import numpy as np
 __all__ = [
     "ENABLED",
     "ENV",
+    "FUSED_ATTENTION",
     "causal_attention",
     "causal_attention_backward",
     "causal_softmax",
@@ -77,6 +78,10 @@ __all__ = [
 
 ENV = "RESGRAD_KERNELS"  # "0" in the environment: start with the NumPy passes; "1": the kernels
 ENABLED = os.environ.get(ENV, "1") != "0"  # False: the layers' readable NumPy passes, everywhere
+# the compiled attention (causal_attention), off until it beats the NumPy steps it would
+# replace: on one thread, as a shard runs it, it took 2.90 ms against their 2.07 at
+# cpu-recipe and 65 against 47 ms at medium (issue 49, docs/guide/performance.md)
+FUSED_ATTENTION = False
 
 
 def _gelu_u(x, u, a, k):
@@ -595,8 +600,8 @@ def causal_attention(
     writes ``y = softmax(q k^T / sqrt(D) + mask) v`` into ``y`` and returns each row's
     log-sum-exp of its scaled scores, (B, H, T) (:func:`resgrad.nn.layers.sdpa_forward`'s
     steps 1-4 and 6, the probabilities never stored). q, k, v and y may be strided views.
-    None (y untouched) when no kernel runs."""
-    fn = _kernel("attn_forward", q, k, v, y)
+    None (y untouched) when no kernel runs, or with :data:`FUSED_ATTENTION` False."""
+    fn = _kernel("attn_forward", q, k, v, y) if FUSED_ATTENTION else None
     if fn is None:
         return None
     lse = np.empty(q.shape[:-1], q.dtype)  # (B,H,T)

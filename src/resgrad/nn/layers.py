@@ -591,9 +591,10 @@ def sdpa_forward(
     and 4 are one pass over each block's scores: the scale, the mask and the softmax
     (float32: 1.5-2x NumPy's passes); ``kernels.ENABLED = False`` takes the steps below.
     Without dropout, on (B, H, T, D) arrays, the compiled attention
-    (:func:`resgrad.nn.kernels.causal_attention`) does all the steps in one pass over each
-    head instead, in its own tiles (``block`` unused), and the cache is a
-    :class:`FlashCache`; attention dropout (``dropout > 0`` and ``train``) keeps the steps.
+    (:func:`resgrad.nn.kernels.causal_attention`, where ``kernels.FUSED_ATTENTION`` is on)
+    does all the steps in one pass over each head instead, in its own tiles (``block``
+    unused), and the cache is a :class:`FlashCache`; attention dropout (``dropout > 0``
+    and ``train``) keeps the steps.
 
     Parameters
     ----------
