@@ -183,3 +183,15 @@ def test_a_broken_kernel_backward_fails_the_check(monkeypatch):
 
     monkeypatch.setattr(kernels, "causal_attention_backward", broken)
     assert not _model_check().passed
+
+
+def test_the_layer_checks_of_attention_pass_on_the_kernel(monkeypatch):
+    """The float64 checks of the sdpa and of multi-head attention (its q, k, v strided views
+    of the fused projection), run through the compiled attention."""
+    from resgrad.verify.selfcheck import layer_checks
+
+    ran = _spy(monkeypatch)
+    rows = {r.name: r for r in layer_checks(seed=0)}
+    for name in ("causal sdpa", "multi-head attention"):
+        assert rows[name].passed and rows[name].max_error < RTOL, rows[name].row()
+    assert ran["forward"] > 0 and ran["backward"] >= 2
