@@ -65,7 +65,9 @@ RESGRAD_KIND = {
     "gelu_erf": "gelu", "_gelu_erf32": "gelu",
     "_ln_forward": "layernorm", "_ln_backward": "layernorm", "adamw_piece": "optimizer",
     "causal_softmax": "attention", "causal_softmax_backward": "attention",
-    "_causal_softmax32": "attention", "_causal_softmax64": "attention",
+    "_causal_softmax": "attention", "causal_attention": "attention",
+    "causal_attention_backward": "attention", "_attn_forward": "attention",
+    "_attn_backward": "attention",
     "_causal_softmax_dx": "attention", "sum_sq64": "clip+dynamics", "_sum_sq64": "clip+dynamics",
     # the trainer's checks and records: gradient norms, clipping, update ratios, RMS
     "grad_norms": "clip+dynamics", "clip_grad_norm": "clip+dynamics",

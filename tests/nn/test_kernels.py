@@ -196,7 +196,7 @@ def test_the_float32_exp_of_the_softmax_is_within_float32_rounding():
 def test_attention_on_the_kernels_stays_within_the_numpy_passes(
     dtype, block, dropout, numpy_passes
 ):
-    from resgrad.nn.layers import sdpa_backward, sdpa_forward
+    from resgrad.nn.layers import FlashCache, sdpa_backward, sdpa_forward, sdpa_probs
 
     rng = np.random.default_rng(5)
     q, k, v, dy = (rng.standard_normal((2, 3, 8, 4)).astype(dtype) for _ in range(4))
@@ -204,7 +204,10 @@ def test_attention_on_the_kernels_stays_within_the_numpy_passes(
     def run():
         y, c = sdpa_forward(q, k, v, block=block, dropout=dropout, train=True,
                             rng=np.random.default_rng(6))  # fmt: skip
-        return c.scale_in_softmax, [y, c.att, *sdpa_backward(dy, c, block=block)]
+        # the compiled attention (no dropout, kernels.FUSED_ATTENTION), or the steps with
+        # the compiled softmax
+        ran = isinstance(c, FlashCache) or c.scale_in_softmax
+        return ran, [y, sdpa_probs(c), *sdpa_backward(dy, c, block=block)]
 
     fused_ran, fused = run()
     again = run()[1]
@@ -216,14 +219,17 @@ def test_attention_on_the_kernels_stays_within_the_numpy_passes(
         assert a.tobytes() == a2.tobytes()
 
 
-def test_a_forward_on_the_kernel_has_a_right_backward_without_it(monkeypatch):
-    """The scale sits where the forward put it, whichever path the backward takes."""
-    from resgrad.nn.layers import sdpa_backward, sdpa_forward
+@pytest.mark.parametrize("dropout", [0.0, 0.5])
+def test_a_forward_on_the_kernel_has_a_right_backward_without_it(dropout, monkeypatch):
+    """The scale sits where the forward put it, whichever path the backward takes; a
+    compiled attention's cache (no dropout) gives the steps its recomputed probabilities."""
+    from resgrad.nn.layers import FlashCache, sdpa_backward, sdpa_forward
 
+    monkeypatch.setattr(kernels, "FUSED_ATTENTION", True)
     rng = np.random.default_rng(7)
     q, k, v, dy = (rng.standard_normal((1, 2, 6, 4)) for _ in range(4))
-    y, c = sdpa_forward(q, k, v)
-    assert c.scale_in_softmax
+    y, c = sdpa_forward(q, k, v, dropout=dropout, train=True, rng=np.random.default_rng(8))
+    assert isinstance(c, FlashCache) if dropout == 0 else c.scale_in_softmax
     both = sdpa_backward(dy, c)
     monkeypatch.setattr(kernels, "ENABLED", False)
     for a, b in zip(sdpa_backward(dy, c), both):

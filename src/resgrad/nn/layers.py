@@ -65,6 +65,7 @@ __all__ = [
     "relu_forward",
     "sdpa_backward",
     "sdpa_forward",
+    "sdpa_probs",
     "softmax",
     "tanh_backward",
     "tanh_forward",
@@ -552,6 +553,18 @@ class SdpaCache(NamedTuple):
     scale_in_softmax: bool  # the compiled softmax scaled the scores: qs is q, unscaled
 
 
+class FlashCache(NamedTuple):
+    """:func:`sdpa_forward`'s cache where the compiled attention ran (no dropout): each
+    row's log-sum-exp instead of the (B, H, T, T) probabilities, which the backward
+    recomputes (:func:`sdpa_probs` gives them to any other reader)."""
+
+    q: np.ndarray  # (B, H, T, D) unscaled
+    k: np.ndarray  # (B, H, T, D)
+    v: np.ndarray  # (B, H, T, D)
+    y: np.ndarray  # (B, H, T, D) the output: the backward's D_i = rowsum(dy * y)
+    lse: np.ndarray  # (B, H, T) log sum_j exp(q_i . k_j / sqrt(D)) over the keys j <= i
+
+
 def sdpa_forward(
     q: np.ndarray,
     k: np.ndarray,
@@ -562,7 +575,7 @@ def sdpa_forward(
     rng: np.random.Generator | None = None,
     block: int = ATTN_BLOCK,
     out: np.ndarray | None = None,
-) -> tuple[np.ndarray, SdpaCache]:
+) -> tuple[np.ndarray, SdpaCache | FlashCache]:
     """Causal scaled dot-product attention, batched over every leading axis.
 
     ``y = dropout(softmax(q k^T / sqrt(D) + mask)) v``, where the mask stops query t
@@ -577,6 +590,11 @@ def sdpa_forward(
     Where a compiled kernel runs (:func:`resgrad.nn.kernels.causal_softmax`), steps 1, 3
     and 4 are one pass over each block's scores: the scale, the mask and the softmax
     (float32: 1.5-2x NumPy's passes); ``kernels.ENABLED = False`` takes the steps below.
+    Without dropout, on (B, H, T, D) arrays, the compiled attention
+    (:func:`resgrad.nn.kernels.causal_attention`, where ``kernels.FUSED_ATTENTION`` is on)
+    does all the steps in one pass over each head instead, in its own tiles (``block``
+    unused), and the cache is a :class:`FlashCache`; attention dropout (``dropout > 0``
+    and ``train``) keeps the steps.
 
     Parameters
     ----------
@@ -592,13 +610,18 @@ def sdpa_forward(
     Returns
     -------
     y : ndarray, shape (B, H, T, D)
-    cache : SdpaCache
+    cache : SdpaCache, or FlashCache where the compiled attention ran
     """
     if not (q.shape == k.shape == v.shape) or q.ndim < 2:
         raise ValueError(
             f"q, k, v must share one shape (..., T, D); got {q.shape}, {k.shape}, {v.shape}"
         )
     _check_block(block)
+    if q.ndim == 4 and not (dropout > 0.0 and train):  # 1)-6) in one compiled pass a head
+        y = np.empty(q.shape, dtype=q.dtype) if out is None else out  # (B,H,T,D)
+        lse = kernels.causal_attention(q, k, v, y)  # (B,H,T), or None: no kernel runs
+        if lse is not None:
+            return y, FlashCache(q, k, v, y, lse)
     T, D = q.shape[-2:]
     scale = q.dtype.type(1.0 / math.sqrt(D))
     blocks = _query_blocks(T, block)
@@ -626,9 +649,23 @@ def sdpa_forward(
     return y, SdpaCache(qs, k, v, att, drop, fused)
 
 
+def sdpa_probs(cache: SdpaCache | FlashCache) -> np.ndarray:
+    """The attention probabilities before dropout, (B, H, T, T), 0 above the diagonal:
+    the ones an :class:`SdpaCache` holds, or recomputed from a :class:`FlashCache`'s q, k
+    and log-sum-exp, ``p = exp(q k^T / sqrt(D) + mask - lse)``."""
+    if isinstance(cache, SdpaCache):
+        return cache.att
+    q, k, _, _, lse = cache
+    T, D = q.shape[-2:]
+    s = (q * q.dtype.type(1.0 / math.sqrt(D))) @ k.swapaxes(-1, -2)  # (B,H,T,D)@(B,H,D,T)
+    s += causal_mask(T, q.dtype.name)  # (B,H,T,T) + (T,T): -inf above the diagonal
+    s -= lse[..., None]  # (B,H,T,T) - (B,H,T,1)
+    return np.exp(s, out=s)  # (B,H,T,T) rows sum to 1
+
+
 def sdpa_backward(
     dy: np.ndarray,
-    cache: SdpaCache,
+    cache: SdpaCache | FlashCache,
     *,
     block: int = ATTN_BLOCK,
     out: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
@@ -640,8 +677,21 @@ def sdpa_backward(
     any ``block`` gives the same gradients (up to rounding), whatever the forward's.
     ``out``, three (B, H, T, D) arrays or views, receives dq, dk and dv (attention
     writes them into its fused [q | k | v] gradient this way, with no copy).
+
+    A :class:`FlashCache` goes to the compiled backward
+    (:func:`resgrad.nn.kernels.causal_attention_backward`), or, with the kernels switched
+    off since its forward, to the steps below on its recomputed probabilities.
     """
     _check_block(block)
+    if isinstance(cache, FlashCache):
+        q, k, v, y, lse = cache
+        grads = (np.empty(q.shape, dtype=q.dtype) for _ in range(3)) if out is None else out
+        dq, dk, dv = grads  # (B,H,T,D) each
+        if kernels.causal_attention_backward(dy, q, k, v, y, lse, dq, dk, dv):
+            return dq, dk, dv
+        scale = q.dtype.type(1.0 / math.sqrt(q.shape[-1]))
+        cache = SdpaCache(q * scale, k, v, sdpa_probs(cache), DropoutCache(None), False)
+        return sdpa_backward(dy, cache, block=block, out=(dq, dk, dv))
     qs, k, v, att, drop, scale_in_softmax = cache
     T = qs.shape[-2]
     scale = qs.dtype.type(1.0 / math.sqrt(qs.shape[-1]))
@@ -684,7 +734,7 @@ def sdpa_backward(
 
 class AttentionCache(NamedTuple):
     qkv: LinearCache  # fused projection x -> (q, k, v)
-    sdpa: SdpaCache  # the heads
+    sdpa: SdpaCache | FlashCache  # the heads
     proj: LinearCache  # output projection
     drop: DropoutCache  # dropout on the output (nanoGPT's resid_dropout)
     n_head: int

@@ -42,6 +42,7 @@ from dataclasses import dataclass
 import numpy as np
 from threadpoolctl import ThreadpoolController
 
+from resgrad.nn import kernels
 from resgrad.nn.model import GPT
 from resgrad.train.dynamics import sum_sq
 
@@ -111,7 +112,10 @@ class Shards:
             self.workers = min(n, threads)
         if self.workers > 1:
             self.blas_threads = max(1, threads // self.workers)
-            self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="resgrad-shard")
+            # and as many of numba's threads for the compiled attention's heads
+            self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="resgrad-shard",
+                                            initializer=kernels.set_threads,
+                                            initargs=(self.blas_threads,))  # fmt: skip
 
     def __enter__(self) -> Shards:
         return self
