@@ -8,9 +8,7 @@
 """
 
 import argparse
-import contextlib
 import os
-import pathlib
 import re
 import shlex
 
@@ -214,37 +212,6 @@ def test_a_command_that_keeps_nothing_says_interrupted_alone(capsys, monkeypatch
     monkeypatch.setattr(lesson_cmds, "cmd_depth", fake)  # registered as main builds the parser
     assert main(["depth", "--depths", "2"]) == 130
     assert capsys.readouterr().err == "resgrad depth: interrupted\n"
-
-
-# ------------------------------------------------- the errors page's lines are the real ones
-
-ERRORS_PAGE = pathlib.Path(__file__).resolve().parents[2] / "docs" / "guide" / "errors.md"
-ROBUSTNESS_REFUSALS = [
-    ["--seeds", "1"],
-    ["--variants", "none"],
-    ["--variants", "pre-ln", "--doses", "0.5"],
-    ["--doses", "0,-0"],
-    ["--keep-every", "400"],
-    ["--levels", "99"],
-    ["--lrs", "1e-3"],
-    ["--out-dir", "afile"],
-    ["--budget", "1", "--jobs", "2"],
-    ["--level", "3"],
-]
-
-
-@pytest.mark.parametrize("flags", ROBUSTNESS_REFUSALS, ids=lambda f: f[0])
-def test_the_errors_page_prints_each_robustness_refusal_as_the_command_does(
-    capsys, monkeypatch, tmp_path, flags
-):
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "afile").write_text("not a directory\n")
-    with contextlib.suppress(SystemExit):
-        assert main(["experiment", "robustness", *flags]) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and ": error: " in err, err
-    assert err.strip() in ERRORS_PAGE.read_text(encoding="utf-8"), err
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]  # a refusal leaves nothing
 
 
 def test_a_resumed_grid_plans_only_what_is_left():
