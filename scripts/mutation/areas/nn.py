@@ -24,7 +24,7 @@ MUTANTS = [
            'out[i] = o * half  # 0.5 x (1 + t)',
            'out[i] = o  # 0.5 x (1 + t)', KERNELS, 'formula'),
     Mutant('kernels: a strided array goes to the kernel', 'nn/kernels.py',
-           'if any(not a.flags.c_contiguous or a.dtype != dt for a in arrays):',
+           'if any(not (parallel or a.flags.c_contiguous) or a.dtype != dt for a in arrays):',
            'if any(a.dtype != dt for a in arrays):', KERNELS, 'refusal'),
     # -- nn/residual.py (1)
     Mutant('residual: residual backward drops the identity path', 'nn/residual.py',

@@ -78,6 +78,7 @@ __all__ = [
     "path_table",
     "paths_in_range",
     "split",
+    "check_branches",
 ]
 
 MAX_SPLIT_BRANCHES = 4096  # split's n(n + 1)/2 VJPs: 8.4 million at this n, minutes at C=16
@@ -131,6 +132,18 @@ class PathSplit:
         return self.dots / np.where(sq > 0, sq, 1.0)
 
 
+def check_branches(n: int) -> None:
+    """Refuse, before any work, a split of more than :data:`MAX_SPLIT_BRANCHES` branches:
+    its n(n + 1)/2 VJPs would take hours.
+
+    Raises
+    ------
+    ValueError
+    """
+    if n > MAX_SPLIT_BRANCHES:
+        raise SPLIT_TOO_LARGE(n=n, vjps=n * (n + 1) // 2, most=MAX_SPLIT_BRANCHES)
+
+
 def split(
     chain: Chain, *, joint: bool = False, keep: bool = False, tick: Tick | None = None
 ) -> PathSplit:
@@ -160,8 +173,7 @@ def split(
         More than :data:`MAX_SPLIT_BRANCHES` branches: n(n + 1)/2 VJPs would take hours.
     """
     n, nk = chain.n, len(chain.kinds)
-    if n > MAX_SPLIT_BRANCHES:
-        raise SPLIT_TOO_LARGE(n=n, vjps=n * (n + 1) // 2, most=MAX_SPLIT_BRANCHES)
+    check_branches(n)
     if joint:
         counts = [sum(s.kind == j for s in chain.steps) for j in range(nk)]
         keys = tuple(itertools.product(*(range(c + 1) for c in counts)))

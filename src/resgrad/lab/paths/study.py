@@ -19,6 +19,7 @@ from resgrad.lab.paths.chains import stack_chain
 from resgrad.lab.paths.exact import (
     PathRow,
     PathSplit,
+    check_branches,
     effective_range,
     model_splits,
     path_table,
@@ -102,6 +103,7 @@ class PathsStudy:
 
     def require(self, cfg, models: int, runs: int | None = None) -> None:
         """Refuse work estimated longer than the budget, naming the counts that multiply it."""
+        check_branches(2 * cfg.n_layer)  # a block's two branches
         chains = models * len(self.seeds)
         what = self._what(cfg)
         if runs is not None:
@@ -142,6 +144,7 @@ def lesson_paths(
     """The split of the lesson's tanh stack of ``depth`` layers, one per bank seed, and
     ``veit`` of Veit's sampled paths per k; refused first if memory cannot hold it or it
     is estimated longer than ``budget`` seconds."""
+    check_branches(depth)  # each of the depth layers a branch: refused before any line
     sc = StackConfig(depths=(depth,))
     need = memory.lesson_paths_bytes(depth, sc.width, sc.batch, len(seeds))
     what = f"the lesson's stack of depth {depth}"
