@@ -8,7 +8,6 @@ it should not be, a warning where the caller names the NaN are the bugs mutmut p
 (scripts/mutmut/run.py)."""
 
 import threading
-import tracemalloc
 import warnings
 
 import numpy as np
@@ -18,6 +17,7 @@ from threadpoolctl import threadpool_info, threadpool_limits
 from resgrad.nn.model import GPT, GPTConfig
 from resgrad.train import shards as shards_module
 from resgrad.train.shards import Shards, _combine
+from tests.perf.test_memory import _peak
 from tests.train.test_shards import CFG, _batch, _bytes
 
 
@@ -123,15 +123,6 @@ def test_shards_that_overflow_when_added_give_inf_without_a_warning():
         warnings.simplefilter("error")
         p = _combine(parts, jobs)
     assert p.loss == 1.5 and np.isinf(p.grads["w"]).all()
-
-
-def _peak(fn):
-    tracemalloc.start()
-    try:
-        fn()
-        return tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
 
 
 def test_a_pass_frees_what_the_backward_no_longer_needs():
