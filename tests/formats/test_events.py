@@ -202,6 +202,7 @@ FAILS = {  # what an installed module's own import raises
     "protobuf": "raise ImportError(\"cannot import name 'builder' from 'google.protobuf'\")",
     "dependency": "import resgrad_no_such_dependency",
     "descriptors": "raise TypeError('Descriptors cannot be created directly.\\nmore lines')",
+    "silent": "raise RuntimeError()",  # an error with no message: nothing made up for it
 }
 
 
@@ -222,7 +223,8 @@ def test_an_installed_module_that_fails_to_import_is_named_with_its_error(
     assert "not installed" not in msg and "\n" not in msg
     want = {"protobuf": "ImportError: cannot import name 'builder' from 'google.protobuf'",
             "dependency": "ModuleNotFoundError: No module named 'resgrad_no_such_dependency'",
-            "descriptors": "TypeError: Descriptors cannot be created directly."}[kind]  # fmt: skip
+            "descriptors": "TypeError: Descriptors cannot be created directly.",
+            "silent": "which is installed but fails to import: RuntimeError: "}[kind]  # fmt: skip
     assert msg.endswith(want)
 
 
