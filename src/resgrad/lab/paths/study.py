@@ -144,11 +144,11 @@ def lesson_paths(
     """The split of the lesson's tanh stack of ``depth`` layers, one per bank seed, and
     ``veit`` of Veit's sampled paths per k; refused first if memory cannot hold it or it
     is estimated longer than ``budget`` seconds."""
-    check_branches(depth)  # each of the depth layers a branch: refused before any line
     sc = StackConfig(depths=(depth,))
     need = memory.lesson_paths_bytes(depth, sc.width, sc.batch, len(seeds))
     what = f"the lesson's stack of depth {depth}"
     memory.require(need + veit_bytes(veit), f"{what} ({len(seeds)} seed(s))")
+    check_branches(depth)  # each of the depth layers a branch: refused before any line
     work = lesson_work(depth, sc.width, sc.batch, len(seeds), veit, residual=residual)
     _require(work, budget, what, len(seeds), veit)
     chains = [stack_chain(StackConfig(depths=(depth,), seed=s), residual=residual)
