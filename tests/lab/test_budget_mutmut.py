@@ -146,3 +146,52 @@ def test_the_bar_follows_the_terminals_width(monkeypatch):
     # each redraw is the bar, then spaces over what is left of a longer one before it
     widths = [len(s.rstrip()) for s in err.getvalue().split("\r") if s.startswith("paths")]
     assert max(widths) > 60 and widths[-1] <= 50
+
+
+# ------------------------------------------ the estimate line where no bar is drawn
+
+
+class _Err(io.StringIO):
+    """stderr that is no terminal, counting its flushes."""
+
+    flushes = 0
+
+    def flush(self):
+        self.flushes += 1
+        super().flush()
+
+
+UNITS = [
+    (1, "VJP", "1 VJP"),
+    (28, "VJP", "28 VJPs"),
+    (1, "pass", "1 pass"),
+    (3, "pass", "3 passes"),
+]
+
+
+@pytest.mark.parametrize("total, unit, said", UNITS)
+def test_the_estimate_line_counts_its_units_in_words(monkeypatch, total, unit, said):
+    err = _Err()
+    monkeypatch.setattr("sys.stderr", err)
+    monkeypatch.setitem(budget._SPEAK, "off_terminal", True)
+    budget.bar(total, budget.PROGRESS_AFTER_S + 1, unit, "lesion").close()
+    assert err.getvalue() == (f"resgrad lesion: about 4 s ({said}); it keeps nothing part-way: "
+                              "Ctrl-C stops it\n")  # fmt: skip
+    assert err.flushes >= 1  # said at once, before the work, not when the buffer fills
+
+
+def test_speak_estimates_turns_the_line_on_by_default_and_off_when_asked(monkeypatch):
+    monkeypatch.setitem(budget._SPEAK, "off_terminal", False)
+    budget.speak_estimates()
+    assert budget._SPEAK["off_terminal"] is True
+    budget.speak_estimates(False)
+    assert budget._SPEAK["off_terminal"] is False
+
+
+def test_a_stderr_that_cannot_say_is_no_terminal(monkeypatch):
+    monkeypatch.setattr("sys.stderr", object())  # no isatty at all
+    assert budget._on_terminal() is False
+    closed = io.StringIO()
+    closed.close()  # isatty raises ValueError
+    monkeypatch.setattr("sys.stderr", closed)
+    assert budget._on_terminal() is False
