@@ -182,6 +182,7 @@ FLOORS = [
             "experiments.sweep",
             "experiments.experiment",
             "experiments",
+            "robustness.regression",
             "robustness.levels",
             "robustness.stats",
             "robustness.experiment",

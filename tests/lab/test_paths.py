@@ -639,3 +639,54 @@ def test_the_figure_names_x_0_as_what_it_is_the_lessons_input_or_the_embeddings(
     for splits, x0 in ((lesson, "the stack's input"), ([paths.split(chain)], "the embeddings'")):
         ax_h = next(a for a in pathfigs.path_figure(splits).axes if a.images)
         assert ax_h.get_ylabel().startswith(f"boundary i (x_0: {x0}"), ax_h.get_ylabel()
+
+
+# ----------------------------------------------------------------- each sublayer's branch share
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_branch_and_skip_norms_are_the_whole_gradients_own(variant):
+    """By linearity the branch's VJPs summed over the keys are the VJP of the whole
+    gradient: the chain walked once with the total, not split, gives the same norms."""
+    L = 3
+    _, _, chain = _chain(variant, n_layer=L)
+    sp = paths.split(chain)
+    d = chain.dtop  # (B, T, C) the whole gradient, walked down unsplit
+    for j in reversed(range(2 * L)):
+        s = chain.steps[j]
+        t = s.trunk(d)[0] if s.trunk is not None else d
+        skip = s.skip(t) if s.skip is not None else np.zeros_like(t)
+        dx = s.branch(t)[0]
+        assert sp.branch_norms[j] == pytest.approx(np.linalg.norm(dx), rel=1e-12), j
+        assert sp.skip_norms[j] == pytest.approx(np.linalg.norm(skip), rel=1e-12, abs=0), j
+        d = skip + dx
+    assert _rel(d, m_grad_at_x0(variant, L)) < 1e-12
+
+
+def m_grad_at_x0(variant, L):
+    m, ids, _ = _chain(variant, n_layer=L)
+    _, _, cache = m.forward(ids[:, :-1], ids[:, 1:])
+    return m.backward_stream(cache)[1][0]
+
+
+def test_where_the_skip_is_the_identity_it_passes_the_boundarys_gradient():
+    """The skip of a block's top sublayer (its MLP) passes exactly the gradient at the
+    boundary above the block: its norm is that boundary's full norm."""
+    for variant in ("pre-ln", "residual", "rezero", "ln-scaling"):
+        sp = paths.split(_chain(variant, n_layer=3)[2])
+        for b in range(3):
+            assert sp.skip_norms[2 * b + 1] == pytest.approx(sp.full_norms[b + 1], rel=1e-12)
+        share = sp.branch_share()
+        assert ((share > 0) & (share < 1)).all()  # every branch carries a real part here
+
+
+def test_a_branch_that_sends_nothing_down_has_share_0_and_none_has_share_1():
+    m, ids, _ = _chain("rezero", n_layer=3)
+    for k in m.params:
+        if k.endswith(".alpha"):
+            m.params[k][:] = 0.0  # rezero at its init: every branch scaled by 0
+    sp = paths.split(pathchains.gpt_chain(m, ids[:, :-1], ids[:, 1:]))
+    assert np.array_equal(sp.branch_share(), np.zeros(6))
+    sp = paths.split(_chain("none", n_layer=3)[2])  # no skip: all of it through the branch
+    assert np.array_equal(sp.skip_norms, np.zeros(6))
+    assert np.array_equal(sp.branch_share(), np.ones(6))

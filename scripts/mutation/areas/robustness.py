@@ -7,6 +7,7 @@ STATS = ("tests/lab/test_robustness_stats.py",)
 STUDY = ("tests/lab/test_robustness_study.py",)
 LEVELS = "lab/robustness/levels.py"
 STAT = "lab/robustness/stats.py"
+REGR = "lab/robustness/regression.py"
 EXP = "lab/robustness/experiment.py"
 
 MUTANTS = [
@@ -28,7 +29,7 @@ MUTANTS = [
     Mutant("robustness: tied values get their first rank, not the mean of theirs", STAT,
            "out[order] = ((first + last) / 2 + 1)[np.cumsum(new) - 1]",
            "out[order] = (first + 1)[np.cumsum(new) - 1]", STATS, "statistics"),
-    Mutant("robustness: the bootstrap draws without replacement (every resample the data)", STAT,
+    Mutant("robustness: the bootstrap draws without replacement (every resample the data)", REGR,
            "pick = tuple(sorted(rng.integers(0, len(ids), len(ids)).tolist()))  # (C,)",
            "pick = tuple(range(len(ids)))  # (C,)", STATS, "statistics"),
     Mutant("robustness: a positive path coefficient reads as contradicting the claim", STAT,

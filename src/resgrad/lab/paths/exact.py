@@ -120,6 +120,10 @@ class PathSplit:
     vjps: int  # branch VJPs done
     parts: list[dict] | None = None  # keep=True: per boundary, key -> (B, T, C)
     param_parts: dict[str, dict] | None = None  # keep=True: name -> key -> array
+    # per sublayer j, bottom up: ||what its branch's VJP sends down|| and ||what its skip
+    # does||, each summed over the keys (by linearity, of the whole gradient entering it)
+    branch_norms: np.ndarray | None = None  # (n,)
+    skip_norms: np.ndarray | None = None  # (n,)
 
     def share_norm(self) -> np.ndarray:
         """(L + 1, K) ||part|| / sum of ||part|| over keys: Veit's kind of share."""
@@ -130,6 +134,15 @@ class PathSplit:
         """(L + 1, K) <part, g> / ||g||^2: the shares of the gradient itself; they sum to 1."""
         sq = np.square(self.full_norms)[:, None]  # (L + 1, 1)
         return self.dots / np.where(sq > 0, sq, 1.0)
+
+    def branch_share(self) -> np.ndarray:
+        """(n,) per sublayer, bottom up: the share of the gradient below it that came through
+        its branch, ||branch VJP|| / (||branch VJP|| + ||skip||) (0 where both are 0; 1 in
+        ``none``, which has no skip). Near 0: the sublayer is passed along its identity, as
+        the curse of depth says of deep pre-LN blocks."""
+        b, sk = self.branch_norms, self.skip_norms  # (n,) each
+        total = b + sk
+        return np.divide(b, total, out=np.zeros_like(b), where=total > 0)
 
 
 def check_branches(n: int) -> None:
@@ -234,20 +247,27 @@ def split(
     record(nb - 1, D)
     at = {j: i for i, j in enumerate(chain.boundary_steps) if j is not None}
     vjps = 0
+    branch_norms, skip_norms = np.zeros(n), np.zeros(n)
     for j in reversed(range(n)):
         s, out = chain.steps[j], {}
+        through = along = None  # (B, T, C) the branch's and the skip's, summed over keys
         for key, d in D.items():
             g: dict = {}
             t = d
             if s.trunk is not None:
                 t, g = s.trunk(d)  # post-ln, deepnorm: the norm after the sum, at this key
             if s.skip is not None:
-                out[key] = _add(out.get(key), s.skip(t))  # the skip keeps k
+                sk = s.skip(t)
+                out[key] = _add(out.get(key), sk)  # the skip keeps k
+                along = _add(along, sk)
             dx, gb = s.branch(t)  # the branch's VJP ...
             vjps += 1
             up = _bump(key, s.kind)  # ... moves it one branch further from the loss
             out[up] = _add(out.get(up), dx)
+            through = _add(through, dx)
             add_params(j, key, {**g, **gb})  # parameters in the branch: the entering key
+        branch_norms[j] = float(np.linalg.norm(through)) if through is not None else 0.0
+        skip_norms[j] = float(np.linalg.norm(along)) if along is not None else 0.0
         finish_stage(j)
         if tick is not None:
             tick(len(D))  # one branch VJP per key carried into the step
@@ -263,7 +283,8 @@ def split(
         label=chain.label, n=n, keys=keys, norms=norms, dots=dots, full_norms=full_norms,
         sum_errors=sum_errors, param_norms=p_norms, param_dots=p_dots,
         param_full_norms={k: float(np.linalg.norm(v)) for k, v in chain.ref_params.items()},
-        vjps=vjps, parts=parts_kept, param_parts=p_kept,
+        vjps=vjps, parts=parts_kept, param_parts=p_kept, branch_norms=branch_norms,
+        skip_norms=skip_norms,
     )  # fmt: skip
 
 

@@ -29,6 +29,15 @@ from resgrad.lab.robustness.levels import (  # noqa: F401
     common_range,
     model_label,
 )
+from resgrad.lab.robustness.regression import (  # noqa: F401
+    CONFIDENCE,
+    Calibration,
+    bootstrap,
+    calibrate,
+    distinct_resamples,
+    regress,
+    shuffled,
+)
 from resgrad.lab.robustness.report import (  # noqa: F401
     describe,
     render,
@@ -36,17 +45,13 @@ from resgrad.lab.robustness.report import (  # noqa: F401
     save_robustness_figure,
 )
 from resgrad.lab.robustness.stats import (  # noqa: F401
-    CONFIDENCE,
     VERDICTS,
     LevelResult,
     analyse,
-    bootstrap,
     by_depth,
     design,
-    distinct_resamples,
     partial_spearman,
     ranks,
-    regress,
     spearman,
     verdict,
 )

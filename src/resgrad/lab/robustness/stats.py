@@ -15,45 +15,39 @@ B = bootstrap resamples, N = levels.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import NamedTuple
 
 import numpy as np
 
 from resgrad.lab.robustness.levels import Point, Trajectory, at_level, check_levels, model_label
+from resgrad.lab.robustness.regression import (
+    CONFIDENCE,
+    Calibration,
+    _calibration_record,
+    _vector,
+    bootstrap,
+    calibrate,
+    distinct_resamples,
+    regress,
+)
 
 __all__ = [
-    "CONFIDENCE",
     "VERDICTS",
     "LevelResult",
     "analyse",
-    "bootstrap",
     "by_depth",
     "design",
-    "distinct_resamples",
     "partial_spearman",
     "ranks",
-    "regress",
     "spearman",
     "verdict",
 ]
 
-CONFIDENCE = 0.95  # the bootstrap intervals' coverage
 VERDICTS = ("supported", "contradicted", "not resolved at this size")
 
 
 # --------------------------------------------------------------------------- rank correlations
-
-
-def _vector(x, what: str) -> np.ndarray:
-    a = np.asarray(x, dtype=np.float64)
-    if a.ndim != 1:
-        raise ValueError(f"{what} has shape {a.shape}; expected one value per point (M,)")
-    if not np.isfinite(a).all():
-        j = int(np.flatnonzero(~np.isfinite(a))[0])
-        raise ValueError(f"{what} holds {a[j]} at {j}; expected finite values")
-    return a
 
 
 def _points(*arrays: np.ndarray) -> int:
@@ -130,128 +124,6 @@ def partial_spearman(x, y, z) -> float:
     return _pearson(_residual(ranks(x), A), _residual(ranks(y), A))
 
 
-# --------------------------------------------------------------------------- regression
-
-
-def _matrix(y, X, names: Sequence[str]) -> tuple[np.ndarray, np.ndarray, tuple[str, ...]]:
-    y = _vector(y, "y")
-    X = np.asarray(X, dtype=np.float64)
-    X = X[:, None] if X.ndim == 1 else X  # (M, P)
-    names = tuple(names)
-    if X.ndim != 2 or X.shape[0] != len(y):
-        raise ValueError(f"X has shape {X.shape} for {len(y)} values of y; expected "
-                         f"({len(y)}, P)")  # fmt: skip
-    if X.shape[1] != len(names):
-        raise ValueError(f"{len(names)} names for {X.shape[1]} regressors; expected one each")
-    if len(set(names)) != len(names) or "intercept" in names:
-        raise ValueError(f"regressor names {names}; expected distinct names, none 'intercept'")
-    if not np.isfinite(X).all():
-        raise ValueError("X holds a value not finite; expected finite regressors")
-    if len(y) < 2:
-        raise ValueError(f"{len(y)} row(s); at least 2 are needed for a regression")
-    return y, X, names
-
-
-def _fit(y: np.ndarray, X: np.ndarray) -> np.ndarray:
-    """OLS of ``y`` (M,) on an intercept and ``X`` (M, P): (1 + P,) coefficients, intercept
-    first, NaN for a column dropped because it adds nothing to those before it (zero
-    variance, or a linear combination of earlier columns)."""
-    m, p = X.shape
-    basis = np.ones((m, 1)) / np.sqrt(m)  # (M, 1 + kept) orthonormal, for the test only
-    keep = []
-    for j in range(p):
-        c = X[:, j] - X[:, j].mean()  # (M,)
-        norm = np.linalg.norm(c)
-        if norm == 0:
-            continue  # zero variance
-        r = c / norm
-        for _ in range(2):  # gram-schmidt, twice for rounding
-            r = r - basis @ (basis.T @ r)
-        if np.linalg.norm(r) > 1e-9:  # what the column adds to those kept before it
-            basis = np.column_stack([basis, r / np.linalg.norm(r)])
-            keep.append(j)
-    A = np.column_stack([np.ones(m), X[:, keep]])  # (M, 1 + kept)
-    beta = np.linalg.lstsq(A, y, rcond=None)[0]
-    out = np.full(1 + p, np.nan)
-    out[[0, *(1 + np.array(keep, dtype=int))]] = beta
-    return out
-
-
-def regress(y, X, names: Sequence[str]) -> dict[str, float]:
-    """Ordinary least squares of ``y`` (M,) on an intercept and the columns of ``X`` (M, P).
-
-    A column that adds nothing to the intercept and the columns before it (zero variance,
-    or a linear combination of them) is dropped rather than refused: its coefficient is
-    NaN. Put the regressor of interest first.
-
-    Returns
-    -------
-    dict
-        ``{"intercept": b0, names[0]: b1, ...}``, in that order.
-
-    Raises
-    ------
-    ValueError
-        Shapes or names that do not match; a value not finite; fewer than 2 rows.
-    """
-    y, X, names = _matrix(y, X, names)
-    return dict(zip(("intercept", *names), (float(b) for b in _fit(y, X))))
-
-
-def bootstrap(
-    y, X, names: Sequence[str], clusters, B: int = 1000, seed: int = 0
-) -> dict[str, tuple[float, float]]:
-    """95% percentile intervals of :func:`regress`'s coefficients, resampling clusters.
-
-    Each of the ``B`` resamples draws C clusters (training seeds) with replacement from the
-    C in ``clusters`` (M,) and takes every row of each drawn cluster: the models of one seed
-    go in or out together, so what a seed shares (its data order, its init) counts once, not
-    once a model. Draws come from ``np.random.default_rng(seed)``. With few seeds the
-    intervals are coarse (3 seeds: 10 distinct resamples) and too narrow: on synthetic
-    models of 4 schemes x 2 depths where lesion cost is pure noise, a level's path-length
-    interval excluded 0 about 23% of the time with 3 seeds and about 11% with 5 or 10, not
-    5%; one level's verdict from 3 seeds is weak evidence either way.
-
-    Returns
-    -------
-    dict
-        ``{"intercept": (lo, hi), names[0]: (lo, hi), ...}``; a coefficient dropped in some
-        resamples is taken over the others, and is (NaN, NaN) where dropped in all.
-
-    Raises
-    ------
-    ValueError
-        What :func:`regress` refuses; clusters not one a row; fewer than 2 clusters; B < 1.
-    """
-    y, X, names = _matrix(y, X, names)
-    clusters = np.asarray(clusters)
-    if clusters.shape != y.shape:
-        raise ValueError(f"clusters has shape {clusters.shape}; expected one a row, {y.shape}")
-    if int(B) != B or B < 1:
-        raise ValueError(f"B={B} resamples; expected a whole number of at least 1")
-    ids = list(dict.fromkeys(clusters.tolist()))  # (C,) in order of appearance
-    if len(ids) < 2:
-        raise ValueError(f"the rows come from {len(ids)} cluster(s) (training seeds); at "
-                         "least 2 are needed to resample them")  # fmt: skip
-    rows = [np.flatnonzero(clusters == c) for c in ids]  # C arrays of row indices
-    rng = np.random.default_rng(seed)
-    draws = np.empty((int(B), 1 + X.shape[1]))  # (B, 1 + P)
-    fits: dict[tuple[int, ...], np.ndarray] = {}  # OLS ignores row order: one fit a multiset
-    for b in range(int(B)):
-        pick = tuple(sorted(rng.integers(0, len(ids), len(ids)).tolist()))  # (C,)
-        if pick not in fits:
-            take = np.concatenate([rows[c] for c in pick])
-            fits[pick] = _fit(y[take], X[take])
-        draws[b] = fits[pick]
-    tail = 100 * (1 - CONFIDENCE) / 2
-    out = {}
-    for name, col in zip(("intercept", *names), draws.T):
-        col = col[np.isfinite(col)]
-        lo, hi = np.percentile(col, [tail, 100 - tail]) if len(col) else (np.nan, np.nan)
-        out[name] = (float(lo), float(hi))
-    return out
-
-
 # --------------------------------------------------------------------------- the verdict
 
 
@@ -264,6 +136,7 @@ def verdict(
     seeds: int,
     path_metric: str = "mean_k",
     lesion_metric: str = "block_dce",
+    calibration: Calibration | None = None,
 ) -> tuple[str, str]:
     """The claim's verdict at one level, from the path-length coefficient
     ``coef_ci`` = (coefficient, lo, hi) of lesion cost ~ path length + loss + scheme.
@@ -271,7 +144,9 @@ def verdict(
     - ``"supported"``: the 95% interval lies above 0 (longer paths, larger lesion cost:
       shorter paths make the model more robust);
     - ``"contradicted"``: it lies below 0 (longer paths, smaller lesion cost);
-    - ``"not resolved at this size"``: it contains 0 (or the coefficient is NaN: dropped).
+    - ``"not resolved at this size"``: it contains 0 (or the coefficient is NaN: dropped),
+      or, with a ``calibration``, its permutation test does not reject (p >= 1 -
+      :data:`CONFIDENCE`): an interval from few seeds excludes 0 too often on its own.
 
     Returns
     -------
@@ -286,11 +161,15 @@ def verdict(
         word = VERDICTS[1]
     else:  # contains 0, or NaN
         word = VERDICTS[2]
+    if calibration is not None and not calibration.p_value < 1 - CONFIDENCE:
+        word = VERDICTS[2]
     sentence = (
         f"loss {level:.4g}: {word}: {lesion_metric} ~ {path_metric} coefficient {coef:+.4g} "
         f"(95% interval {lo:+.4g}..{hi:+.4g}), Spearman {rho:+.3f}, partial Spearman given "
         f"loss {partial:+.3f}; {models} models, {seeds} seeds"
     )
+    if calibration is not None:
+        sentence += f"; {calibration.says()}"
     return word, sentence
 
 
@@ -317,6 +196,7 @@ class LevelResult(NamedTuple):
     resamples: int  # bootstrap resamples of the training seeds
     verdict: str  # one of VERDICTS
     sentence: str
+    calibration: Calibration | None = None  # None: not calibrated
 
     @property
     def path_coef(self) -> tuple[float, float, float]:
@@ -332,7 +212,8 @@ class LevelResult(NamedTuple):
                "seeds": self.seeds, "bootstrap_resamples": self.resamples,
                "distinct_resamples": distinct_resamples(self.seeds),
                "spearman": self.spearman,
-               "partial_spearman": self.partial, "verdict": self.verdict}  # fmt: skip
+               "partial_spearman": self.partial, "verdict": self.verdict,
+               **_calibration_record(self.calibration)}  # fmt: skip
         for n, b, lo, hi in zip(self.names, self.coef, self.lo, self.hi):
             out |= {f"b_{n}": b, f"b_{n}_lo": lo, f"b_{n}_hi": hi}
         out["sentence"] = self.sentence
@@ -341,13 +222,6 @@ class LevelResult(NamedTuple):
     def point_records(self) -> list[dict]:
         """Each model's :meth:`~resgrad.lab.robustness.levels.Point.record` at this level."""
         return [p.record() for p in self.points]
-
-
-def distinct_resamples(seeds: int) -> int:
-    """How many different resamples a bootstrap of ``seeds`` clusters can draw: the
-    multisets of size C from C, C(2C - 1, C) (3 seeds: 10, 5 seeds: 126). Fewer distinct
-    resamples, coarser intervals, whatever the number drawn."""
-    return math.comb(2 * seeds - 1, seeds)
 
 
 def design(
@@ -422,6 +296,7 @@ def analyse(
     lesion_metric: str = "block_dce",
     B: int = 1000,
     seed: int = 0,
+    permutations: int = 0,
 ) -> list[LevelResult]:
     """The equal-loss study at each of ``levels``, one :class:`LevelResult` each.
 
@@ -432,6 +307,11 @@ def analyse(
     the references; depth a fixed effect, see :func:`design`) with :func:`bootstrap`
     intervals over training seeds (the same ``seed`` at every level); and the
     :func:`verdict`. :func:`by_depth` gives the same at each depth alone.
+
+    ``permutations`` > 0 calibrates each verdict (:func:`calibrate`): the lesion costs
+    shuffled that many times among the models of each (scheme, depth) stratum; the verdict
+    then needs the permutation test to reject as well as the interval to exclude 0, and
+    says how often its rule, and the interval alone, call a shuffle (nothing there).
 
     Raises
     ------
@@ -454,12 +334,16 @@ def analyse(
         coef = regress(y, X, names)
         ci = bootstrap(y, X, names, clusters, B=B, seed=seed)
         keys = tuple(coef)
+        cal = None
+        if permutations:
+            strata = [(p.model[0], p.model[1]) for p in points]
+            cal = calibrate(y, X, clusters, strata, int(B), seed, permutations)
         word, sentence = verdict((coef[path_metric], *ci[path_metric]), level, rho, partial,
-                                 len(points), seeds, path_metric, lesion_metric)  # fmt: skip
+                                 len(points), seeds, path_metric, lesion_metric, cal)  # fmt: skip
         out.append(LevelResult(level, path_metric, lesion_metric, points, rho, partial, keys,
                                tuple(coef.values()), tuple(ci[k][0] for k in keys),
                                tuple(ci[k][1] for k in keys), len(points), seeds, int(B),
-                               word, sentence))  # fmt: skip
+                               word, sentence, cal))  # fmt: skip
     return out
 
 
