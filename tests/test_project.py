@@ -185,8 +185,12 @@ FLOORS = [
             "robustness.regression",
             "robustness.levels",
             "robustness.stats",
+            "robustness.profiles",
+            "robustness.recipe",
             "robustness.experiment",
+            "robustness.analysis",
             "robustness.report",
+            "robustness.figure",
             "robustness",
         ],
     ),  # the lab: a subpackage per study, the shared pieces (study) first

@@ -19,7 +19,7 @@ from resgrad.lab.robustness import RobustnessConfig
 from resgrad.lab.robustness.experiment import run_cells
 
 CFG = RobustnessConfig.quick(schemes=("pre-ln",), doses=(0.0,), seeds=(0, 1, 2), max_iters=20,
-                             keep_every=10, bootstrap=10)  # fmt: skip
+                             keep_every=10, bootstrap=10, lrs=(1e-2,))  # fmt: skip
 
 
 def _rows(rows):
@@ -31,7 +31,7 @@ def _rows(rows):
 @pytest.fixture(scope="module")
 def made(tmp_path_factory):
     out = str(tmp_path_factory.mktemp("readback") / "study")
-    return out, _rows(run_cells(CFG, out, jobs=1, progress=False))
+    return out, _rows(run_cells(CFG, out, jobs=1, progress=False).rows)
 
 
 @pytest.fixture
@@ -44,7 +44,7 @@ def copy(made, tmp_path):
 
 
 def _rerun(out, capsys):
-    rows = _rows(run_cells(CFG, out, jobs=1, progress=False))
+    rows = _rows(run_cells(CFG, out, jobs=1, progress=False).rows)
     return rows, capsys.readouterr().err
 
 
@@ -153,7 +153,7 @@ def test_a_model_that_diverged_is_read_as_far_as_it_went(tmp_path, monkeypatch):
     from resgrad.lab.robustness import experiment as RX
 
     cfg = RobustnessConfig.quick(schemes=("pre-ln",), doses=(0.0,), seeds=(0, 1),
-                                 max_iters=30, keep_every=10)  # fmt: skip
+                                 max_iters=30, keep_every=10, lrs=(1e-2,))  # fmt: skip
     real = RX.run_cell
 
     def diverges_after_ten(c):
@@ -163,5 +163,6 @@ def test_a_model_that_diverged_is_read_as_far_as_it_went(tmp_path, monkeypatch):
         return [{**row, "diverged": True}]
 
     monkeypatch.setattr(RX, "run_cell", diverges_after_ten)
-    rows = run_cells(cfg, str(tmp_path / "study"), jobs=1, progress=False)
+    rows = run_cells(cfg, str(tmp_path / "study"), jobs=1, progress=False).rows
     assert sorted({r["iteration"] for r in rows}) == [0, 10] and len(rows) == 4
+    assert all(r["diverged"] for r in rows)  # and said so, for the rule that leaves it out

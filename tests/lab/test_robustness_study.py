@@ -44,7 +44,8 @@ def test_the_quick_study_prints_levels_verdicts_and_points_to_its_checkpoints(st
     assert f"--text {out}/validation.txt" in text and "ckpt-" in text
     assert os.path.getsize(plot) > 10_000
     assert sorted(os.listdir(out)) == [".checkpoints.csv.partial.jsonl", ".resgrad.lock",
-                                       "checkpoints.csv", "runs", "validation.txt"]  # fmt: skip
+                                       "checkpoints.csv", "pilot", "runs",
+                                       "validation.txt"]  # fmt: skip
 
 
 def test_a_rerun_trains_nothing_and_gives_the_same_bytes(study, capsys):
@@ -64,7 +65,7 @@ def test_a_rerun_trains_nothing_and_gives_the_same_bytes(study, capsys):
 def test_each_row_is_what_the_studies_give_on_that_checkpoint_alone(study):
     out, _ = study
     cfg = RobustnessConfig.quick()
-    results, trajs = equal_loss(cfg, out)
+    trajs = equal_loss(cfg, out).trajs
     t = next(t for t in trajs if t.model.scheme == "post-ln" and t.model.seed == 1)
     j = 3  # a middle checkpoint
     model, tok, _ = load_model(t.paths[j])
@@ -81,6 +82,17 @@ def test_each_row_is_what_the_studies_give_on_that_checkpoint_alone(study):
     assert t.metrics["block_dce"][j] == pytest.approx(summary(table).block_dce)
     d2 = next(r for r in table if r.kind == "delete" and r.k == 2).get("dce")[0]
     assert t.metrics["delete2_dce"][j] == pytest.approx(d2)
+    # the profiles: block b's own deletion, and its sublayers' branch share (mean of two)
+    for b in range(L):
+        blk = next(r for r in table if r.kind == "block" and r.layer == b).get("dce")[0]
+        assert t.metrics[f"dce_b{b}"][j] == pytest.approx(blk)
+    splits = paths_study.run(model, ids).splits
+    share = np.mean([sp.branch_share() for sp in splits], axis=0)  # (2L,)
+    for b in range(L):
+        assert t.metrics[f"branch_b{b}"][j] == pytest.approx(share[2 * b : 2 * b + 2].mean())
+    # the measures made comparable across depths
+    assert t.metrics["k_frac"][j] == pytest.approx(t.metrics["mean_k"][j] / (2 * L))
+    assert t.metrics["sum_dce"][j] == pytest.approx(L * t.metrics["block_dce"][j])
     assert isinstance(PathsStudy, type) and isinstance(LesionStudy, type)
 
 
@@ -101,14 +113,23 @@ def test_trajectories_group_rows_by_model_in_iteration_order():
     [
         (
             ["--doses", "0,1", "--variants", "pre-ln,post-ln"],
-            "doses 0,1 are rezero's alpha at "
-            "initialization; add rezero to the schemes, or give the dose 0 alone",
+            "--doses 0,1 are rezero's dose; add rezero to the schemes, or give --doses 0 alone",
         ),
         (
             ["--doses", "0,-1"],
-            "dose -1.0 is not an alpha rezero can start at; expected a number in [0, 10]",
+            "--doses: -1.0 is not an alpha rezero can start at; expected a number in [0, 10]",
         ),
-        (["--doses", "0,11"], "dose 11.0 is not an alpha rezero can start at"),
+        (["--doses", "0,11"], "--doses: 11.0 is not an alpha rezero can start at"),
+        (
+            ["--powers", "0,1.5"],
+            "--powers: 1.5 is not an exponent ln-scaling can take; expected a number in [0, 1]",
+        ),
+        (
+            ["--powers", "0,0.5"],
+            "--powers 0,0.5 are ln-scaling's dose; add ln-scaling to the schemes, or give "
+            "--powers 0.5 alone",
+        ),
+        (["--pilot-iters", "5"], "--pilot-iters 5: expected a whole number of steps, at least 10"),
         (
             ["--keep-every", "60", "--max-iters", "60"],
             "--keep-every 60 keeps 2 checkpoint(s) "
@@ -116,7 +137,7 @@ def test_trajectories_group_rows_by_model_in_iteration_order():
         ),
         (["--budget", "0.5"], "this study (12 models) would take about"),
         (["--variants", "pre-ln,none"], "scheme 'none' has no + x path to study"),
-        (["--lrs", "1e-3"], "--lrs cannot be combined with experiment robustness"),
+        (["--warmups", "10"], "--warmups cannot be combined with experiment robustness"),
         (["--levels", "3,9.9"], "level 9.9 is above the loss every model starts near, ln V = "),
         (["--seeds", "1"], "--seeds 0 is 1 training seed; the analysis resamples the seeds"),
         (["--seeds", "5-5"], "--seeds 5 is 1 training seed"),
@@ -280,8 +301,7 @@ def test_the_figure_legend_is_words(study):
 
     out, _ = study
     cfg = RobustnessConfig.quick()
-    results, trajs = equal_loss(cfg, out, jobs=1)
-    fig = robustness_figure(results, trajs, cfg, "resgrad experiment robustness --quick")
+    fig = robustness_figure(equal_loss(cfg, out, jobs=1), "resgrad experiment robustness --quick")
     labels = [t.get_text() for ax in fig.axes if ax.get_legend() for t in ax.get_legend().texts]
     assert "pre-ln" in labels and any(lb.startswith("at loss ") for lb in labels), labels
     assert all(len(lb) > 2 for lb in labels)  # no bare marker codes ("s", "D")
@@ -292,3 +312,72 @@ def test_the_figure_legend_is_words(study):
 def _rows(out: str) -> list[dict]:
     with open(os.path.join(out, "checkpoints.csv"), encoding="utf-8") as f:
         return list(csv.DictReader(f))
+
+
+@pytest.mark.parametrize(
+    "flag, value", [("--doses", "1,1"), ("--powers", "0,0"), ("--lrs", "1e-3,1e-3")]
+)
+def test_a_value_given_twice_is_refused_by_the_parser(tmp_path, capsys, flag, value):
+    out = str(tmp_path / "never")
+    with pytest.raises(SystemExit) as e:
+        main([*QUICK, "--out-dir", out, flag, value])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.count("\n") == 1, err
+    assert f"argument {flag}: expected distinct values, got '{value}'" in err
+    assert not os.path.exists(out)
+
+
+def test_the_library_refuses_what_the_parser_lets_through_naming_the_flag():
+    with pytest.raises(ValueError, match=r"^--doses 1,1: expected distinct doses"):
+        RobustnessConfig.quick(doses=(1.0, 1))
+    with pytest.raises(ValueError, match=r"^--lrs 0.001,0.001: expected one or more distinct"):
+        RobustnessConfig.quick(lrs=(1e-3, 1e-3))
+    with pytest.raises(ValueError, match=r"^--lrs : expected one or more distinct"):
+        RobustnessConfig.quick(lrs=())
+    with pytest.raises(ValueError, match=r"^--permutations -1: expected a whole number"):
+        RobustnessConfig.quick(permutations=-1)
+
+
+def test_the_pilot_trains_each_scheme_and_depth_at_every_rate_on_an_unused_seed():
+    cfg = RobustnessConfig.quick()
+    pilots = cfg.pilot_cells("OUT")
+    assert [g for _, _, g in pilots] == [(s, 2, lr) for s in cfg.schemes for lr in cfg.lrs]
+    for _, c, (s, L, lr) in pilots:
+        assert (c.variant, c.n_layer, c.lr, c.min_lr) == (s, L, lr, lr / 10)
+        assert c.max_iters == c.lr_decay_iters == c.eval_interval == cfg.pilot_iters
+        assert c.seed not in cfg.seeds and c.keep_every == 0  # no checkpoint kept
+        assert c.out_dir.startswith(os.path.join("OUT", "pilot"))
+        assert c.rezero_alpha == 0.0  # rezero's reference dose: ReZero's own alpha 0
+    assert RobustnessConfig.quick(lrs=(1e-2,)).pilot_cells("OUT") == []  # one rate: no pilot
+    # the models of a scheme and depth all train at its chosen rate, whatever their dose
+    chosen = {("pre-ln", 2): 3e-3, ("post-ln", 2): 1e-2, ("rezero", 2): 3e-3}
+    for _, c, key in cfg.cells("OUT", chosen):
+        assert c.lr == chosen[key.scheme, key.depth] and c.min_lr == c.lr / 10
+    # ln-scaling's dose is its exponent, named p in the model's directory
+    ln = RobustnessConfig.quick(schemes=("ln-scaling",), doses=(0.0,), powers=(0.0, 0.5))
+    assert [(n, c.ln_scaling_power) for n, c, _ in ln.cells(".")][::3] == [
+        ("ln-scaling_L2_p0_s0", 0.0), ("ln-scaling_L2_p0.5_s0", 0.5)]  # fmt: skip
+    assert [c.ln_scaling_power for _, c, _ in ln.pilot_cells(".")] == [0.5, 0.5]
+
+
+def test_the_quick_study_prints_its_recipe_and_every_view(study, capsys):
+    out, _ = study
+    assert main([*QUICK, "--out-dir", out]) == 0
+    text = capsys.readouterr().out
+    assert "recipe: 60 steps at each scheme and depth's learning rate" in text
+    for s in ("pre-ln", "post-ln", "rezero"):  # each pilot line: both rates, one chosen
+        line = next(ln for ln in text.splitlines() if ln.startswith(f"  {s} L=2: lr 0.003 -> "))
+        assert line.count("(chosen)") == 1 and "lr 0.01 -> " in line
+    assert "(--quick: the plateau part not applied" in text
+    assert (
+        "the dose, inside each dosed scheme and depth" in text and "rezero L=2 (alpha0 0,1)" in text
+    )
+    assert "the curse of depth: does the later half of the blocks cost less" in text
+    assert "calibration, lesion costs shuffled within (scheme, depth) 50 times a level" in text
+    assert main([*QUICK, "--out-dir", out, "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert len(doc["pilot"]) == 6 and {r["lr"] for r in doc["pilot"]} == {3e-3, 1e-2}
+    assert [d["scheme"] for d in doc["doses"]] == ["rezero"]
+    assert len(doc["curse_of_depth"]) == 4 * 4  # 4 groups (rezero twice) at 4 levels
+    assert all(r["permutations"] == 50 for r in doc["results"])
+    assert doc["left_out"] == [] and len(doc["phases"]) == len(doc["levels"])

@@ -39,9 +39,9 @@ MUTANTS = [
            '"loss": s.ce, "mean_k"', '"loss": s.ce + s.worst_dce, "mean_k"', STUDY, "records"),
     Mutant("robustness: two kept checkpoints are taken as enough", EXP,
            "        if kept < 3:", "        if kept < 2:", STUDY, "bounds"),
-    Mutant("robustness: doses are taken without rezero among the schemes", EXP,
-           'if self.doses != (0.0,) and DOSE_SCHEME not in self.schemes:',
-           'if False:', STUDY, "refusal"),
+    Mutant("robustness: doses are taken without their scheme among the schemes", EXP,
+           "if doses != (alone,) and scheme not in self.schemes:",
+           "if False:", STUDY, "refusal"),
     Mutant("robustness: the budget is not checked before the models train", EXP,
            "    refuse_over_budget(seconds, budget,", "    (seconds, budget,", STUDY, "refusal"),
 ]  # fmt: skip

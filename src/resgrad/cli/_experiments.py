@@ -37,22 +37,28 @@ EXPERIMENT_FLAGS = [
 ROBUSTNESS_FLAGS = [
     ("--doses", _common.list_of(_common.finite_float, "numbers"), "robustness: rezero's alpha "
      "at initialization, comma-separated: the dose that moves path length inside a scheme"),
+    ("--powers", _common.list_of(_common.finite_float, "numbers"), "robustness: ln-scaling's "
+     "exponent p (block l's LayerNorm outputs times 1/l^p), comma-separated: its dose"),
+    ("--pilot-iters", _common.positive_int, "robustness: steps of each pilot model (the pilot "
+     "picks each scheme and depth's learning rate among --lrs)"),
+    ("--permutations", _common.nonneg_int, "robustness: shuffles of the calibration (0: none)"),
     ("--levels", _common.positive_float_list, "robustness: validation losses to compare the "
      "models at (default: 4 inside the range every model reaches)"),
     ("--keep-every", _common.positive_int, "robustness: steps between kept checkpoints"),
     ("--budget", _common.positive_float, "robustness: refuse a study estimated longer than "
      "this many seconds"),
 ]  # fmt: skip
-ROBUSTNESS_ONLY = ("--doses", "--levels", "--keep-every", "--budget", "--quick", "--plot",
-                   "--format")  # fmt: skip
-NOT_ROBUSTNESS = ("--lrs", "--warmups", "--eval-interval", "--eval-iters", "--grad-clip",
+ROBUSTNESS_ONLY = ("--doses", "--powers", "--pilot-iters", "--permutations", "--levels",
+                   "--keep-every", "--budget", "--quick", "--plot", "--format")  # fmt: skip
+NOT_ROBUSTNESS = ("--warmups", "--eval-interval", "--eval-iters", "--grad-clip",
                   "--init", *_common.LOG_FLAGS, "--log-to")  # fmt: skip
 
 
 NAMES = (*EXPERIMENTS, "robustness")
-ABOUT = {**EXPERIMENT_ABOUT, "robustness": f"{robustness.QUESTION} (5 schemes, rezero's alpha "
-         "at initialization as a dose, every kept checkpoint read with resgrad paths and "
-         "resgrad lesion)"}  # fmt: skip
+ABOUT = {**EXPERIMENT_ABOUT, "robustness": f"{robustness.QUESTION} (6 schemes, rezero's alpha "
+         "at initialization and ln-scaling's exponent as doses, a pilot's learning rate per "
+         "scheme and depth, every kept checkpoint read with resgrad paths and resgrad "
+         "lesion)"}  # fmt: skip
 SUMMARY = f"the papers' training experiments over seeds ({', '.join(NAMES)})"
 
 
@@ -80,6 +86,10 @@ def register_one(names: argparse._SubParsersAction, name: str, func) -> None:
         help_ = help_.removeprefix("robustness: ").split(" (default:")[0]
         if study:  # the study's unit is a model, the experiments' a cell
             help_ = help_.replace("every cell's", "every model's").replace("per cell", "per model")
+            if flag == "--lrs":
+                help_ = ("the pilot's candidate peak learning rates, comma-separated: each "
+                         "scheme and depth trains at the one whose pilot ends lowest (one "
+                         "rate: every model at it, no pilot)")  # fmt: skip
         if flag in given:
             help_ += f" (default: {given[flag]})"
         p.add_argument(flag, type=typ or str, default=None,
@@ -88,7 +98,7 @@ def register_one(names: argparse._SubParsersAction, name: str, func) -> None:
                    "the small study CI runs (3 schemes, L=2, 2 doses, 60 steps: under a "
                    "minute on 2 cores); its verdicts are a smoke test")  # fmt: skip
     p.add_argument("--plot", metavar="FILE", help=argparse.SUPPRESS if not study else
-                   "three panels (.png or .svg)")  # fmt: skip
+                   "six panels (.png or .svg)")  # fmt: skip
     p.add_argument(
         "--format",
         choices=("table", "json", "csv"),
@@ -127,6 +137,8 @@ def defaults(name: str) -> dict[str, str]:
     out = {f: shown(getattr(cfg, _common.field(f))) for f, *_ in EXPERIMENT_FLAGS
            if hasattr(cfg, _common.field(f))}  # fmt: skip
     out |= {"--variants": shown(cfg.schemes), "--doses": shown(cfg.doses),
+            "--powers": shown(cfg.powers), "--pilot-iters": shown(cfg.pilot_iters),
+            "--permutations": shown(cfg.permutations), "--lrs": shown(cfg.lrs),
             "--keep-every": shown(cfg.keep_every), "--budget": shown(robustness.BUDGET_S),
             "--levels": f"{cfg.n_levels} inside the range every model reaches",
             "--data": "the built-in corpus"}  # fmt: skip

@@ -31,16 +31,16 @@ def cmd_robustness(args: argparse.Namespace) -> int:
     memory.require(workers * memory.train_bytes(big), f"this study ({workers} model(s) at "
                    f"once, the largest L={big.n_layer} C={big.n_embd})")  # fmt: skip
     command = _common.same_command(args)
-    plan = _common.long_work(args, out_dir, "runs/, checkpoints.csv and validation.txt",
+    plan = _common.long_work(args, out_dir, "pilot/, runs/, checkpoints.csv and validation.txt",
                              "every finished model", command)  # fmt: skip
-    results, trajs = robustness.equal_loss(
+    study = robustness.equal_loss(
         cfg, out_dir, jobs=args.jobs, backend=args.backend, scheduler=args.scheduler,
         connect_timeout=args.connect_timeout, threads=args.threads, budget=budget,
         plan=plan)  # fmt: skip
     if args.plot:  # saved before anything is printed: a reader that leaves loses no plot
-        robustness.save_robustness_figure(args.plot, results, trajs, cfg, command)
+        robustness.save_robustness_figure(args.plot, study, command)
     text = f"{out_dir}/validation.txt"
-    print(robustness.render(results, trajs, cfg, args.format, text, command), end="")
+    print(robustness.render(study, args.format, text, command), end="")
     _common.wrote(out_dir, fmt=args.format)
     if args.plot:
         _common.wrote(args.plot, fmt=args.format)

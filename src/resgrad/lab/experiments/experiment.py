@@ -268,12 +268,14 @@ def cell_key(cell: TrainConfig, data_sha256: str) -> str:
     return json.dumps({**settings, "data_sha256": data_sha256}, sort_keys=True)
 
 
-def _check_same_cell(cell: TrainConfig, last: str, corpus) -> None:
+def _check_same_cell(cell: TrainConfig, last: str, corpus, also: tuple[str, ...] = ()) -> None:
     """Refuse the checkpoint ``last`` of a cell's earlier run unless it was trained with
-    every setting of ``cell`` (but :data:`_NOT_IN_KEY`) and on ``corpus``'s text: its row
-    would otherwise stand beside rows measured with other settings."""
+    every setting of ``cell`` (but :data:`_NOT_IN_KEY`, and ``also``: settings not decided
+    yet, checked again once they are) and on ``corpus``'s text: its row would otherwise
+    stand beside rows measured with other settings."""
     ckpt = load_checkpoint(last)
-    check_matches_checkpoint(cell, ckpt.config.get("train", {}), last, may_change=_NOT_IN_KEY)
+    check_matches_checkpoint(cell, ckpt.config.get("train", {}), last,
+                             may_change=_NOT_IN_KEY + tuple(also))  # fmt: skip
     if ckpt.extra.get("data_sha256") != corpus.sha256:
         raise ValueError(
             f"cannot resume {last!r}: the data {corpus.source!r} differs from the text it "

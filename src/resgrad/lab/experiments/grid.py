@@ -338,6 +338,8 @@ def run_grid(
     say: Callable[[str], None] | None = None,
     check: Callable[[str, list[dict]], str | None] | None = None,
     ready: Callable[[int, int], None] | None = None,
+    sizes: dict[str, int] | None = None,
+    unit: str = "config",
 ) -> GridResult:
     """Run ``job`` on every (key, point) not already in the sidecar file ``side``.
 
@@ -354,6 +356,8 @@ def run_grid(
     its seal, is measured again, said to ``say`` (default: a line on stderr).
     ``ready(left, total)``: called once everything is checked (the scheduler reached, the
     sidecar read), before the first point runs, with the points left to run and all of them.
+    ``sizes``: each key's share of the bar in ``unit``s (default 1 a point), so that a bar
+    can count what a point does (a model's checkpoints) rather than the points.
     """
     say = say or (lambda s: print(s, file=sys.stderr))
     jobs = check_backend(jobs, backend, scheduler, connect_timeout)
@@ -369,10 +373,11 @@ def run_grid(
             ready(len(todo), len(points))
         if todo and not os.path.exists(side):
             atomic_write_text(side, _SIDECAR_HEADER)
+        size = (lambda k: 1) if sizes is None else sizes.__getitem__
+        total = sum(size(k) for k, _ in points)
+        initial = sum(size(k) for k, _ in points if k in done)
         with (
-            tqdm(
-                total=len(points), initial=resumed, desc=desc, unit="config", disable=disable
-            ) as bar,
+            tqdm(total=total, initial=initial, desc=desc, unit=unit, disable=disable) as bar,
             open(side, "a", encoding="utf-8") if todo else contextlib.nullcontext() as partial,
         ):
             if todo:
@@ -391,7 +396,7 @@ def run_grid(
                         for key, rows in results:
                             done[key] = rows
                             _append_sidecar(partial, key, rows)  # a crash from here loses nothing
-                            bar.update(1)
+                            bar.update(size(key))
                     finally:  # an error raised here ends the workers now, not when collected
                         with warnings.catch_warnings():  # (joblib warns of the tasks cancelled)
                             warnings.simplefilter("ignore")

@@ -4,18 +4,28 @@ they all reach (``levels``), then path length against lesion cost across them, w
 intervals over training seeds and a verdict that can go either way (``stats``).
 """
 
+from resgrad.lab.robustness.analysis import (  # noqa: F401
+    Study,
+    equal_loss,
+    read_study,
+    trajectories,
+)
 from resgrad.lab.robustness.experiment import (  # noqa: F401
     BUDGET_S,
     DOSE_SCHEME,
+    DOSED,
     METRICS,
     QUESTION,
     SCHEMES,
     RobustnessConfig,
-    equal_loss,
+    Runs,
     measure_cell,
     run_cells,
-    trajectories,
     validation_text,
+)
+from resgrad.lab.robustness.figure import (  # noqa: F401
+    robustness_figure,
+    save_robustness_figure,
 )
 from resgrad.lab.robustness.levels import (  # noqa: F401
     Kept,
@@ -29,6 +39,7 @@ from resgrad.lab.robustness.levels import (  # noqa: F401
     common_range,
     model_label,
 )
+from resgrad.lab.robustness.profiles import ProfileResult, curse_of_depth  # noqa: F401
 from resgrad.lab.robustness.regression import (  # noqa: F401
     CONFIDENCE,
     Calibration,
@@ -38,18 +49,14 @@ from resgrad.lab.robustness.regression import (  # noqa: F401
     regress,
     shuffled,
 )
-from resgrad.lab.robustness.report import (  # noqa: F401
-    describe,
-    render,
-    robustness_figure,
-    save_robustness_figure,
-)
+from resgrad.lab.robustness.report import describe, render  # noqa: F401
 from resgrad.lab.robustness.stats import (  # noqa: F401
     VERDICTS,
     LevelResult,
     analyse,
     by_depth,
     design,
+    dose_response,
     partial_spearman,
     ranks,
     spearman,

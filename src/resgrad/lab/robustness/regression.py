@@ -23,6 +23,7 @@ import numpy as np
 __all__ = [
     "CONFIDENCE",
     "Calibration",
+    "against_null",
     "bootstrap",
     "calibrate",
     "distinct_resamples",
@@ -254,14 +255,23 @@ def calibrate(
     """
     if int(permutations) != permutations or permutations < 1:
         raise ValueError(f"permutations={permutations}; expected a whole number of at least 1")
-    X = np.asarray(X, dtype=np.float64)
-    y, X, _ = _matrix(y, X, [f"x{j}" for j in range(X.reshape(len(X), -1).shape[1])])
-    R = int(permutations)
-    Y = shuffled(y, strata, R, seed + 1)  # (M, R)
-    b_obs = abs(_fit(y, X)[1])
-    b = np.abs(_fit(Y, X)[1])  # (R,) each shuffle's |coefficient|
+    Y = shuffled(y, strata, int(permutations), seed + 1)  # (M, R)
+    return against_null(y, Y, X, clusters, B, seed, column=1)
+
+
+def against_null(y, Y, X, clusters, B: int, seed: int, column: int = 1) -> Calibration:
+    """:func:`calibrate` on given null draws: ``y`` (M,) the observed response, ``Y`` (M, R)
+    R responses drawn where nothing is there (shuffled within strata, or, for a profile, its
+    order shuffled), each fitted on ``X`` (M, P) with :func:`bootstrap`'s intervals; the
+    coefficient read is ``column`` (0: the intercept, the mean where X has no column)."""
+    X = np.asarray(X, dtype=np.float64).reshape(len(np.asarray(y)), -1)  # (M, P)
+    y, X, _ = _matrix(y, X, [f"x{j}" for j in range(X.shape[1])])
+    Y = np.asarray(Y, dtype=np.float64)  # (M, R)
+    R = Y.shape[1]
+    b_obs = abs(_fit(y, X)[column])
+    b = np.abs(_fit(Y, X)[column])  # (R,) each draw's |coefficient|
     lo, hi = _intervals(Y, X, np.asarray(clusters), int(B), seed)  # (1 + P, R) each
-    excludes = (lo[1] > 0) | (hi[1] < 0)  # (R,)
+    excludes = (lo[column] > 0) | (hi[column] < 0)  # (R,)
     tol = 1e-12 * max(b_obs, 1.0)  # a shuffle that lands on the observed order ties it
     p = (1 + np.sum(b >= b_obs - tol)) / (1 + R) if np.isfinite(b_obs) else float("nan")
     # each shuffle tested as if observed, against the others: its |b|'s rank among all R

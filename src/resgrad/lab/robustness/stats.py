@@ -38,6 +38,7 @@ __all__ = [
     "analyse",
     "by_depth",
     "design",
+    "dose_response",
     "partial_spearman",
     "ranks",
     "spearman",
@@ -297,6 +298,7 @@ def analyse(
     B: int = 1000,
     seed: int = 0,
     permutations: int = 0,
+    depth_effect: bool = True,
 ) -> list[LevelResult]:
     """The equal-loss study at each of ``levels``, one :class:`LevelResult` each.
 
@@ -307,6 +309,8 @@ def analyse(
     the references; depth a fixed effect, see :func:`design`) with :func:`bootstrap`
     intervals over training seeds (the same ``seed`` at every level); and the
     :func:`verdict`. :func:`by_depth` gives the same at each depth alone.
+    ``depth_effect`` False leaves depth out of the regression: only for a path and a lesion
+    measure made comparable across depths (``k_frac``, ``sum_dce``), a secondary view.
 
     ``permutations`` > 0 calibrates each verdict (:func:`calibrate`): the lesion costs
     shuffled that many times among the models of each (scheme, depth) stratum; the verdict
@@ -323,7 +327,8 @@ def analyse(
     levels = check_levels(trajs, levels)
     _check_models(trajs, path_metric, lesion_metric)
     schemes = list(dict.fromkeys(t.model[0] for t in trajs))
-    depths = sorted({t.model[1] for t in trajs})
+    # depth_effect False: no depth indicators, for measures made comparable across depths
+    depths = sorted({t.model[1] for t in trajs})[: None if depth_effect else 1]
     seeds = len({t.model[3] for t in trajs})
     out = []
     for level in levels:
@@ -363,4 +368,30 @@ def by_depth(
                            "a verdict needs at least 3 models and 2 seeds: skipped")  # fmt: skip
             continue
         out[L] = analyse(sub, levels, **analysis)
+    return out, skipped
+
+
+def dose_response(
+    trajs: Sequence[Trajectory], levels: Sequence[float], **analysis
+) -> tuple[dict[tuple[str, int], list[LevelResult]], list[str]]:
+    """The dose as an experiment: :func:`analyse` (``analysis``: its settings) within each
+    (scheme, depth) whose models were given 2 or more doses (rezero's alpha at init,
+    ln-scaling's exponent), the only manipulation of path length that holds scheme and
+    depth fixed: the slope of lesion cost on path length across the doses and seeds, its
+    interval over training seeds, its verdict. ({(scheme, depth): results}, skipped), where
+    ``skipped`` names, a line each, a dosed stratum with too few models (3) or seeds (2)."""
+    out, skipped = {}, []
+    groups = dict.fromkeys((t.model[0], t.model[1]) for t in trajs)
+    for scheme, L in groups:
+        sub = [t for t in trajs if (t.model[0], t.model[1]) == (scheme, L)]
+        doses = sorted({t.model[2] for t in sub})
+        if len(doses) < 2:
+            continue  # no dose given: nothing to test
+        seeds = len({t.model[3] for t in sub})
+        if len(sub) < 3 or seeds < 2:
+            skipped.append(f"{scheme} L={L}: {len(sub)} model(s) from {seeds} training "
+                           "seed(s); a dose's slope needs at least 3 models and 2 seeds: "
+                           "skipped")  # fmt: skip
+            continue
+        out[scheme, L] = analyse(sub, levels, **analysis)
     return out, skipped
