@@ -681,3 +681,41 @@ def test_a_local_worker_leaves_ctrl_c_to_the_grid_that_runs_it():
     _, rows = grid._keyed(_sigint_disposition, "k", None, parent)
     assert rows[0]["sigint"] != str(signal.SIG_IGN)
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def _rows_of(point):
+    return [{"x": point}]
+
+
+def test_the_bar_counts_each_points_size_in_its_unit_resumed_ones_included(tmp_path, monkeypatch):
+    """A grid given sizes counts what its points do (a model's checkpoints), not the points:
+    the bar's total is their sum, a resumed point starts it at its size, and each finished
+    point moves it by its own."""
+    from resgrad.lab.experiments import grid
+
+    seen = {}
+
+    class Bar:
+        def __init__(self, total, initial, desc, unit, disable):
+            seen.update(total=total, initial=initial, unit=unit, steps=[])
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *a):
+            return False
+
+        def update(self, n):
+            seen["steps"].append(n)
+
+    monkeypatch.setattr(grid, "tqdm", Bar)
+    side = str(tmp_path / "side.jsonl")
+    points = [("a", 1), ("b", 2), ("c", 3)]
+    sizes = {"a": 7, "b": 11, "c": 13}
+    grid.run_grid(points[:1], _rows_of, side, jobs=1, sizes=sizes, unit="checkpoint")
+    assert seen == {"total": 7, "initial": 0, "unit": "checkpoint", "steps": [7]}
+    grid.run_grid(points, _rows_of, side, jobs=1, sizes=sizes, unit="checkpoint")
+    assert (seen["total"], seen["initial"]) == (31, 7)  # "a" was done: it counts as done
+    assert sorted(seen["steps"]) == [11, 13]
+    grid.run_grid(points, _rows_of, str(tmp_path / "other.jsonl"), jobs=1)  # no sizes: 1 each
+    assert (seen["total"], seen["unit"], seen["steps"]) == (3, "config", [1, 1, 1])
