@@ -210,3 +210,64 @@ def test_read_study_leaves_out_by_the_rule_and_lists_what_it_left():
     assert quick.left_out == {}  # --quick: the plateau part of the rule is off
     with pytest.raises(ValueError, match="every model of the study was left out"):
         read_study(cfg, stuck, "OUT", plateau=3.25)
+
+
+# --------------------------------------------------------------------------- the study written out
+
+
+def _study_rows(data_seed=0):
+    """Rows of pre-ln and rezero (alpha0 0 and 1) at depths 2 and 4, 3 seeds, 8 checkpoints,
+    with every metric and both profiles: what run_cells returns, without training."""
+    rng = np.random.default_rng(data_seed)
+    rows = []
+    for scheme, doses in (("pre-ln", (0.0,)), ("rezero", (0.0, 1.0))):
+        for L in (2, 4):
+            for dose in doses:
+                for seed in range(3):
+                    loss = _loss(rng)
+                    for j, it in enumerate(IT):
+                        k = 1.0 + dose + 0.1 * L + rng.normal(0, 0.05)
+                        cost = 0.1 + 0.05 * k + rng.normal(0, 0.01)
+                        r = {"scheme": scheme, "depth": L, "dose": dose, "seed": seed,
+                             "iteration": int(it), "loss": float(loss[j]), "diverged": False,
+                             "checkpoint": f"runs/{scheme}{L}{dose}{seed}/ckpt-{it}.ckpt",
+                             "mean_k": k, "share0": 0.5, "share_short": 0.6,
+                             "block_dce": cost, "worst_dce": 2 * cost, "delete2_dce": 2 * cost,
+                             "k_frac": k / (2 * L), "sum_dce": L * cost}  # fmt: skip
+                        r |= {f"dce_b{b}": cost * (1 - 0.2 * b) for b in range(L)}
+                        r |= {f"branch_b{b}": 0.4 - 0.05 * b for b in range(L)}
+                        rows.append(r)
+    return rows
+
+
+def test_the_study_written_out_has_every_view_and_the_figure_its_six_panels():
+    import json
+
+    from resgrad.lab.robustness.figure import robustness_figure
+    from resgrad.lab.robustness.report import render
+
+    cfg = RobustnessConfig.quick(depths=(2, 4), bootstrap=50, permutations=20)
+    pilot = [{"scheme": s, "depth": L, "lr": lr, "val_loss": 3.0 - lr, "diverged": False}
+             for s in cfg.schemes for L in cfg.depths for lr in cfg.lrs]  # fmt: skip
+    study = read_study(cfg, _study_rows(), "OUT", 3.25, pilot, rc.choose_lrs(pilot))
+    assert sorted(study.by_depth) == [2, 4] and len(study.across) == len(study.levels)
+    assert sorted(study.doses) == [("rezero", 2), ("rezero", 4)]
+    assert len(study.profiles) == 6 * len(study.levels)  # 3 groups x 2 depths
+    assert all(r.names[-1] != "depth=4" for r in study.across)  # no depth term across depths
+    assert study.results[0].names[-1] == "depth=4"
+    text = render(study, command="CMD")
+    for needle in ("within depth, pooled (the answer):", "each depth alone", "  L=2  ",
+                   "rezero L=4 (alpha0 0,1): ", "across depths (secondary", "the curse of depth",
+                   "    rezero L=4 dose=1: ", "evidence: 3 training seeds"):  # fmt: skip
+        assert needle in text, needle
+    doc = json.loads(render(study, "json", command="CMD"))
+    assert doc["command"] == "CMD" and len(doc["across_depths"]) == len(study.levels)
+    assert [d["doses"] for d in doc["doses"]] == [[0.0, 1.0], [0.0, 1.0]]
+    assert doc["curse_of_depth"][0]["lesion"] == list(study.profiles[0].lesion)
+    csv_text = render(study, "csv")
+    assert csv_text.count("\n") == 1 + len(study.levels)
+    fig = robustness_figure(study, "CMD")
+    assert len(fig.axes) == 6 and "CMD" in fig._suptitle.get_text()
+    titles = [ax.get_title() for ax in fig.axes]
+    assert "the curse of depth at loss" in titles[3] and "L=4" in titles[3]
+    assert len(fig.axes[3].lines) == 3  # pre-ln, rezero at both doses, at the deepest depth
