@@ -94,7 +94,8 @@ def test_scores_far_beyond_exps_range_stay_finite(monkeypatch):
 def test_a_broken_kernel_fails_the_comparison(monkeypatch):
     """The comparison above can fail: the attention kernel's output off by 1e-6 is caught."""
     m = _model()
-    real = kernels.compiled(decode_kernels._attend_one, np.zeros((1, 1)))  # switch on: numba's
+    monkeypatch.setattr(kernels, "ENABLED", True)  # on even under RESGRAD_KERNELS=0 (mutmut's)
+    real = kernels.compiled(decode_kernels._attend_one, np.zeros((1, 1)))  # numba's
     _, ref = _generate(m, START, 4, False, monkeypatch)
 
     def broken(qkv, b_qkv, has_bias, k_cache, v_cache, pos, scale, zero, scores, y):
@@ -107,6 +108,7 @@ def test_a_broken_kernel_fails_the_comparison(monkeypatch):
 
 
 def test_a_cache_the_kernel_cannot_read_falls_back_to_the_reference(monkeypatch):
+    monkeypatch.setattr(kernels, "ENABLED", True)  # on even under RESGRAD_KERNELS=0 (mutmut's)
     m = _model()
     shape = (2, 2, 8, 8)  # (B, H, block_size, D)
     fortran = KVCache([np.zeros(shape, order="F") for _ in range(2)],
