@@ -70,11 +70,17 @@ def test_robustness_help_gives_the_study_defaults_and_quick(capsys):
     )
     assert f"(default: {_typed(cfg.depths)}; --quick: {_typed(quick.depths)})" in flags["--depths"]
     assert f"(default: {_typed(cfg.doses)}; --quick: {_typed(quick.doses)})" in flags["--doses"]
-    assert f"(default: {_typed(cfg.seeds)})" in flags["--seeds"]  # --quick keeps them
+    assert f"(default: {_typed(cfg.seeds)}; --quick: {_typed(quick.seeds)})" in flags["--seeds"]
     assert f"(default: {cfg.max_iters}; --quick: {quick.max_iters})" in flags["--max-iters"]
-    assert f"(default: {cfg.keep_every})" in flags["--keep-every"]
+    assert f"(default: {cfg.keep_every}; --quick: {quick.keep_every})" in flags["--keep-every"]
     assert f"(default: {BUDGET_S:g})" in flags["--budget"]
-    for flag in ("--lrs", "--warmups", "--grad-clip", "--init", "--log-to", "--log-dir"):
+    assert f"(default: {_typed(cfg.powers)}; --quick: {_typed(quick.powers)})" in flags["--powers"]
+    assert f"(default: {_typed(cfg.lrs)}; --quick: {_typed(quick.lrs)})" in flags["--lrs"]
+    assert flags["--lrs"].startswith("the pilot's candidate peak learning rates")
+    assert f"(default: {cfg.pilot_iters}; --quick: {quick.pilot_iters})" in flags["--pilot-iters"]
+    assert f"(default: {cfg.permutations}; --quick: {quick.permutations})" in (
+        flags["--permutations"])  # fmt: skip
+    for flag in ("--warmups", "--grad-clip", "--init", "--log-to", "--log-dir"):
         assert flag not in flags  # refused by the study: not offered
 
 

@@ -356,7 +356,7 @@ def run_grid(
     its seal, is measured again, said to ``say`` (default: a line on stderr).
     ``ready(left, total)``: called once everything is checked (the scheduler reached, the
     sidecar read), before the first point runs, with the points left to run and all of them.
-    ``sizes``: each key's share of the bar in ``unit``s (default 1 a point), so that a bar
+    ``sizes``: each key's share of the bar, counted in ``unit`` (default 1 a point), so that a bar
     can count what a point does (a model's checkpoints) rather than the points.
     """
     say = say or (lambda s: print(s, file=sys.stderr))

@@ -22,6 +22,9 @@ __all__ = ["SCHEME_COLORS", "robustness_figure", "save_robustness_figure"]
 SCHEME_COLORS = {"pre-ln": "C0", "post-ln": "C1", "deepnorm": "C2", "rezero": "C3",
                  "residual": "C4", "ln-scaling": "C5"}  # fmt: skip
 MARKERS = "osD^v<>"
+# lesion costs run from thousandths of a nat to a diverged model's hundreds: a symmetric log
+# axis, linear within this of 0, shows both (and the negative costs of a block that hurts)
+SYMLOG = 0.05
 
 
 def _through_training(ax, study: Study, metric: str) -> None:
@@ -33,11 +36,17 @@ def _through_training(ax, study: Study, metric: str) -> None:
     for lv in study.levels:
         ax.axvline(lv, color="0.6", linestyle=":", linewidth=0.8)
     ax.axvline(study.plateau, color="k", linestyle="-.", linewidth=0.8, label="unigram plateau")
-    ax.invert_xaxis()  # training goes left to right
+    # a diverging model's spikes (losses far above the start) would squash the rest: the
+    # axis runs from the lowest loss to a little above the highest start, said in the title
+    start = max(float(t.loss[0]) for t in study.trajs)
+    low = min(float(np.min(t.loss)) for t in study.trajs)
+    ax.set_xlim(start + 0.2, low - 0.05)  # inverted: training goes left to right
+    ax.set_yscale("symlog", linthresh=SYMLOG)
     ax.set_xlabel("validation loss (training goes right)")
-    ax.set_ylabel(f"{metric}: ΔCE, one block deleted")
+    ax.set_ylabel(f"{metric}: ΔCE, one block deleted (symlog)")
     ax.set_title(f"lesion cost through training\n(solid: L={shallow}, dashed: deeper; "
-                 "dotted: the levels)", fontsize=9)  # fmt: skip
+                 f"dotted: the levels; losses above {start + 0.2:.2f} off the axis)",
+                 fontsize=9)  # fmt: skip
     ax.legend(fontsize=7)
 
 
@@ -52,8 +61,9 @@ def _at_levels(ax, study: Study, metric: str, pm: str) -> None:
     for j, r in enumerate(study.results):
         ax.scatter([], [], color="0.4", marker=MARKERS[j % len(MARKERS)],
                    label=f"at loss {r.level:g}")  # fmt: skip
+    ax.set_yscale("symlog", linthresh=SYMLOG)
     ax.set_xlabel(f"{pm}: mean path length k of the gradient at x_0")
-    ax.set_ylabel(f"{metric} at the level (interpolated)")
+    ax.set_ylabel(f"{metric} at the level (interpolated, symlog)")
     ax.set_title("at equal loss: lesion cost against path length\n(every model, every level)",
                  fontsize=9)  # fmt: skip
     ax.legend(fontsize=6, ncol=2)
@@ -101,8 +111,9 @@ def _profiles(ax_cost, ax_share, study: Study) -> None:
             ax.fill_between(x, lo, hi, color=c, alpha=0.12)
     for ax in (ax_cost, ax_share):
         ax.set_xticks(range(deep))
+    ax_cost.set_yscale("symlog", linthresh=SYMLOG)
     ax_cost.set_xlabel("block index (0: nearest the embeddings)")
-    ax_cost.set_ylabel("one-block lesion cost ΔCE (nats)")
+    ax_cost.set_ylabel("one-block lesion cost ΔCE (nats, symlog)")
     ax_cost.set_title(f"the curse of depth at loss {low:g}, L={deep}: what deleting\n"
                       "each block costs (band: 95% over seeds)", fontsize=9)  # fmt: skip
     ax_share.set_xlabel("block index (0: nearest the embeddings)")
@@ -124,9 +135,10 @@ def _coefficients(ax, study: Study) -> None:
         ax.errorbar(x, b[:, 0], yerr=err, marker="o",
                     capsize=2, linestyle="none", color=color, label=name)  # fmt: skip
     ax.axhline(0, color="0.5", linewidth=0.8)
+    ax.set_yscale("symlog", linthresh=SYMLOG / 10)  # one wide interval squashes the rest
     ax.invert_xaxis()
     ax.set_xlabel("loss level (training goes right)")
-    ax.set_ylabel("b(path length | scheme, loss), 95% over seeds")
+    ax.set_ylabel("b(path length | scheme, loss), 95% over seeds (symlog)")
     ax.set_title("the answer at each level: above 0, shorter paths\ncheaper lesions", fontsize=9)
     ax.legend(fontsize=7)
 

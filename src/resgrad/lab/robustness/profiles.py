@@ -15,9 +15,9 @@ loss level, for each (scheme, depth, dose):
 - the question "does the later half of the blocks cost less to delete than the earlier
   half?": each model's gap, the mean cost of its later half less its earlier half's (the
   middle block of an odd depth in neither), bootstrapped over training seeds, tested against
-  its own null (each model's block order shuffled, :func:`~resgrad.lab.robustness.regression.
-  against_null`) and given a verdict as the main question's is: "supported" where the later
-  half is cheaper.
+  its own null (each model's block order shuffled,
+  :func:`~resgrad.lab.robustness.regression.against_null`) and given a verdict as the
+  main question's is: "supported" where the later half is cheaper.
 
 Legend: M = models of one group (its seeds), L = blocks, R = shuffles.
 """

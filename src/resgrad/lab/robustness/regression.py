@@ -241,11 +241,11 @@ def calibrate(
     and given :func:`bootstrap`'s interval (the same ``B`` resamples of ``clusters``, from
     ``seed``). For the first column's coefficient b:
 
-    - ``p_value``: (1 + shuffles with |b| >= the observed |b|) / (1 + R);
+    - ``p_value``: (1 + shuffles with abs(b) >= the observed abs(b)) / (1 + R);
     - ``interval_rate``: the share of shuffles whose interval excludes 0, nominally
       1 - :data:`CONFIDENCE`; with few seeds (few distinct resamples) it runs above;
     - ``rule_rate``: the share of shuffles whose interval excludes 0 and whose own p (its
-      |b|'s rank among the shuffles) is below 1 - :data:`CONFIDENCE`: how often
+      abs(b)'s rank among the shuffles) is below 1 - :data:`CONFIDENCE`: how often
       :func:`verdict`'s rule says "supported" or "contradicted" on nothing.
 
     Raises
