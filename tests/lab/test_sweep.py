@@ -677,7 +677,9 @@ def test_a_local_worker_leaves_ctrl_c_to_the_grid_that_runs_it():
     with ProcessPoolExecutor(1) as pool:
         key, rows = pool.submit(grid._keyed, _sigint_disposition, "k", None, parent).result()
     assert key == "k" and rows == [{"sigint": str(signal.SIG_IGN)}]
-    # the grid's own process (jobs=1 runs the points there) keeps Ctrl-C
+    # the grid's own process (jobs=1 runs the points there) keeps Ctrl-C: from the default
+    # handler (set here, whatever an earlier test in this process left), _keyed changes nothing
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     _, rows = grid._keyed(_sigint_disposition, "k", None, parent)
     assert rows[0]["sigint"] != str(signal.SIG_IGN)
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
