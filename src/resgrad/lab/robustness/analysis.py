@@ -26,7 +26,7 @@ import numpy as np
 from resgrad.formats.atomic import atomic_write_text
 from resgrad.lab.robustness.experiment import METRICS, ROW_FIELDS, RobustnessConfig, run_cells
 from resgrad.lab.robustness.levels import ModelKey, Trajectory, choose_levels, common_range
-from resgrad.lab.robustness.profiles import BRANCH, LESION, ProfileResult, curse_of_depth
+from resgrad.lab.robustness.profiles import ProfileResult, both_profiles, curse_of_depth
 from resgrad.lab.robustness.recipe import left_out
 from resgrad.lab.robustness.stats import LevelResult, analyse, by_depth, dose_response
 
@@ -69,7 +69,7 @@ def trajectories(rows: Sequence[dict], out_dir: str = ".") -> list[Trajectory]:
     out = []
     for key, rs in by.items():
         rs = sorted(rs, key=lambda r: int(r["iteration"]))
-        names = [*METRICS, *(f"{p}{b}" for p in (LESION, BRANCH) for b in range(key.depth))]
+        names = [*METRICS, *both_profiles(key.depth)]
         names = [m for m in names if all(m in r for r in rs)]
         out.append(Trajectory(
             key, np.array([int(r["iteration"]) for r in rs]),
@@ -138,7 +138,7 @@ def equal_loss(cfg: RobustnessConfig, out_dir: str, **grid) -> Study:
 
     runs = run_cells(cfg, out_dir, **grid)
     deepest = max(cfg.depths)
-    fields = [*ROW_FIELDS, *(f"{p}{b}" for p in (LESION, BRANCH) for b in range(deepest))]
+    fields = [*ROW_FIELDS, *both_profiles(deepest)]
     table = [{f: r.get(f, "") for f in fields} for r in runs.rows]  # shallower: blank blocks
     atomic_write_text(os.path.join(out_dir, "checkpoints.csv"), to_csv(table, fields))
     return read_study(cfg, runs.rows, out_dir, runs.plateau, runs.pilot, runs.lrs)

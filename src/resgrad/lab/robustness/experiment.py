@@ -38,7 +38,7 @@ from resgrad.lab.lesion.tables import summary as lesion_summary
 from resgrad.lab.paths.exact import path_table
 from resgrad.lab.paths.study import PathsStudy
 from resgrad.lab.robustness.levels import ModelKey
-from resgrad.lab.robustness.profiles import BRANCH, LESION
+from resgrad.lab.robustness.profiles import BRANCH, LESION, profile_metrics
 from resgrad.lab.study.budget import format_seconds, plan_left, refuse_over_budget
 from resgrad.lab.study.protocol import every_checkpoint
 from resgrad.nn.model import MAX_ALPHA, VARIANTS
@@ -342,8 +342,8 @@ def measure_cell(point: tuple) -> list[dict]:
             "block_dce": s.block_dce, "worst_dce": s.worst_dce, "delete2_dce": float(d2),
             "k_frac": mean_k / (2 * L), "sum_dce": L * s.block_dce,
             "diverged": bool(trained["diverged"]),
-            **{f"{LESION}{b}": float(dce[b]) for b in range(L)},
-            **{f"{BRANCH}{b}": float(branch[2 * b : 2 * b + 2].mean()) for b in range(L)},
+            **dict(zip(profile_metrics(LESION, L), (float(dce[b]) for b in range(L)))),
+            **dict(zip(profile_metrics(BRANCH, L), map(float, branch.reshape(L, 2).mean(1)))),
             "stamp": stamp(p.path),
         })  # fmt: skip
     return out

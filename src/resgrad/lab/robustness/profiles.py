@@ -38,8 +38,8 @@ from resgrad.lab.robustness.regression import (
     against_null,
 )
 
-__all__ = ["BRANCH", "CLAIM", "LESION", "QUESTION", "ProfileResult", "curse_of_depth", "gap",
-           "profile_metrics"]  # fmt: skip
+__all__ = ["BRANCH", "CLAIM", "LESION", "QUESTION", "ProfileResult", "both_profiles",
+           "curse_of_depth", "gap", "profile_metrics"]  # fmt: skip
 
 LESION = "dce_b"  # dce_b0 .. dce_b<L-1>: block l's one-block lesion cost
 BRANCH = "branch_b"  # branch_b0 .. : block l's share of the gradient through its branches
@@ -50,6 +50,12 @@ QUESTION = "does the later half of the blocks cost less to delete than the earli
 def profile_metrics(prefix: str, L: int) -> list[str]:
     """The metric names of a profile of ``L`` blocks: ``prefix`` + 0 .. L - 1."""
     return [f"{prefix}{b}" for b in range(L)]
+
+
+def both_profiles(L: int) -> list[str]:
+    """Every profile metric of a model of ``L`` blocks: the lesion profile, then the branch
+    profile (the names a row of the study holds beside its summary metrics)."""
+    return profile_metrics(LESION, L) + profile_metrics(BRANCH, L)
 
 
 def gap(profiles: np.ndarray) -> np.ndarray:
@@ -183,7 +189,7 @@ def curse_of_depth(
     usable, skipped = {}, []
     for (scheme, L, dose), ts in groups.items():
         seeds = len({t.model[3] for t in ts})
-        names = profile_metrics(LESION, L) + profile_metrics(BRANCH, L)
+        names = both_profiles(L)
         why = None
         if L < 2:
             why = f"{L} block(s), no halves to compare"

@@ -40,16 +40,21 @@ def pilot_cell(point: tuple) -> list[dict]:
              "val_loss": float(loss) if loss is not None else math.nan}]  # fmt: skip
 
 
+def _by_cell(rows: Sequence[dict]) -> dict[tuple[str, int], list[dict]]:
+    """The pilot rows of each (scheme, depth), in the order first met."""
+    by: dict[tuple[str, int], list[dict]] = {}
+    for r in rows:
+        by.setdefault((r["scheme"], int(r["depth"])), []).append(r)
+    return by
+
+
 def choose_lrs(rows: Sequence[dict]) -> dict[tuple[str, int], float]:
     """{(scheme, depth): the learning rate whose pilot ended lowest}: a diverged pilot, or
     one whose loss is not finite, never wins; a tie goes to the smaller rate; where every
     pilot of a scheme and depth failed, the smallest rate (its models may diverge too, and
     are then left out by :func:`left_out`)."""
-    by: dict[tuple[str, int], list[dict]] = {}
-    for r in rows:
-        by.setdefault((r["scheme"], int(r["depth"])), []).append(r)
     out = {}
-    for key, rs in by.items():
+    for key, rs in _by_cell(rows).items():
         ok = [r for r in rs if not r["diverged"] and math.isfinite(r["val_loss"])]
         best = min(ok, key=lambda r: (r["val_loss"], r["lr"])) if ok else None
         out[key] = float(best["lr"]) if best else min(float(r["lr"]) for r in rs)
@@ -59,11 +64,8 @@ def choose_lrs(rows: Sequence[dict]) -> dict[tuple[str, int], float]:
 def pilot_lines(rows: Sequence[dict], chosen: dict[tuple[str, int], float]) -> list[str]:
     """The pilot as printed: a line per (scheme, depth), every rate's final loss, the chosen
     one marked."""
-    by: dict[tuple[str, int], list[dict]] = {}
-    for r in rows:
-        by.setdefault((r["scheme"], int(r["depth"])), []).append(r)
     lines = []
-    for (scheme, depth), rs in by.items():
+    for (scheme, depth), rs in _by_cell(rows).items():
         parts = []
         for r in sorted(rs, key=lambda r: r["lr"]):
             loss = "diverged" if r["diverged"] else f"{r['val_loss']:.3f}"
