@@ -271,3 +271,24 @@ def test_the_study_written_out_has_every_view_and_the_figure_its_six_panels():
     titles = [ax.get_title() for ax in fig.axes]
     assert "the curse of depth at loss" in titles[3] and "L=4" in titles[3]
     assert len(fig.axes[3].lines) == 3  # pre-ln, rezero at both doses, at the deepest depth
+
+
+def test_a_pilot_cell_is_its_runs_last_evaluation_in_process(tmp_path, monkeypatch):
+    """The pilot's row, taken where it runs (the grid's workers run it elsewhere): its
+    scheme, depth and rate as given, and the run's last evaluation; a run that diverged
+    before any evaluation is a NaN loss, marked diverged."""
+    from resgrad.train.rundir import read_metrics
+
+    cfg = RobustnessConfig.quick(pilot_iters=10)
+    _, c, g = cfg.pilot_cells(str(tmp_path))[0]
+    (row,) = rc.pilot_cell((c, g))
+    evals = [r for r in read_metrics(c.out_dir) if r["kind"] == "eval"]
+    assert row == {"scheme": g[0], "depth": g[1], "lr": g[2], "diverged": False,
+                   "val_loss": evals[-1]["val_loss"]}  # fmt: skip
+    assert [type(row[k]) for k in ("depth", "lr", "diverged", "val_loss")] == [
+        int, float, bool, float]  # fmt: skip
+    monkeypatch.setattr(rc, "run_cell", lambda cfg: [{"val_loss": None, "diverged": 1}])
+    (gone,) = rc.pilot_cell((c, ("post-ln", np.int64(4), np.float32(0.5))))
+    assert math.isnan(gone["val_loss"]) and gone["diverged"] is True
+    assert (gone["scheme"], gone["depth"], gone["lr"]) == ("post-ln", 4, 0.5)
+    assert type(gone["depth"]) is int and type(gone["lr"]) is float
