@@ -13,7 +13,9 @@ estimated within [0.5, 2] for every case (issue 46). The cases:
   choose (the estimate is the study's ``cost``);
 - ``experiment robustness --quick`` and a middle-sized robustness study (2 schemes,
   depths 2 and 4, 100 steps), each in a fresh out-dir on 2 local workers, their worker
-  processes' start-up included (the estimate is :meth:`RobustnessConfig.seconds`).
+  processes' start-up included (the estimate is :meth:`RobustnessConfig.seconds`);
+- ``experiment robustness --quick`` on a local Dask cluster of 2 one-thread workers, its
+  estimate on the worker threads the scheduler counts, as the command makes it.
 
 Each case runs once after a warm-up (numba's kernels compiled into their cache by a first
 tiny run, as on any machine after its first command). The table gives the estimate, the
@@ -34,6 +36,7 @@ import time
 from threadpoolctl import threadpool_info
 
 from resgrad.cli import _threads
+from resgrad.lab.experiments.grid import connected, parallelism
 from resgrad.lab.flow.study import FlowStudy
 from resgrad.lab.lesion.study import LesionStudy
 from resgrad.lab.paths.study import PathsStudy
@@ -97,6 +100,26 @@ def _robustness_cases(root: str, quick: bool) -> list[tuple[str, float, float]]:
     return out
 
 
+def _dask_case(root: str) -> list[tuple[str, float, float]]:
+    """``experiment robustness --quick`` through a Dask cluster of 2 one-thread worker
+    processes on this machine, estimated as the command estimates it: on the worker threads
+    its scheduler counts (:func:`~resgrad.lab.experiments.grid.parallelism`)."""
+    from distributed import LocalCluster
+
+    cfg = RobustnessConfig.quick()
+    V = load_corpus(cfg.data, cfg.block_size).tokenizer.vocab_size
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, scheduler_port=0,
+                      dashboard_address=None) as cluster:  # fmt: skip
+        where = os.path.join(root, "dask")
+        with connected("dask", cluster.scheduler_address, 10.0) as client:
+            estimate = cfg.seconds(V, parallelism(2, client))
+        t0 = time.perf_counter()
+        run_cells(cfg, where, backend="dask", scheduler=cluster.scheduler_address,
+                  progress=False)  # fmt: skip
+        seconds = time.perf_counter() - t0
+    return [("experiment robustness --quick, Dask: 2 workers", estimate, seconds)]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="the small cases only")
@@ -109,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         warm = RobustnessConfig.quick(schemes=("pre-ln",), doses=(0.0,), max_iters=20)
         run_cells(warm, os.path.join(root, "warm"), jobs=2, progress=False)  # numba's cache
         rows = _study_cases(root, args.quick) + _robustness_cases(root, args.quick)
+        rows += _dask_case(root)
     print(f"{'case':<58} {'estimate':>9} {'measured':>9} {'ratio':>6}  within {GOAL}")
     bad = 0
     for name, est, got in rows:

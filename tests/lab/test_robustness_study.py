@@ -381,3 +381,38 @@ def test_the_quick_study_prints_its_recipe_and_every_view(study, capsys):
     assert len(doc["curse_of_depth"]) == 4 * 4  # 4 groups (rezero twice) at 4 levels
     assert all(r["permutations"] == 50 for r in doc["results"])
     assert doc["left_out"] == [] and len(doc["phases"]) == len(doc["levels"])
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_on_a_dask_cluster_the_estimate_counts_its_worker_threads(tmp_path, capsys, threads):
+    """The study's estimate shares its work among the cluster's worker threads, as the
+    scheduler counts them: one thread takes the whole estimate, three take a third of the
+    work (their start-up paid once). Refused over budget, the command says the time it
+    needs, from that estimate, before anything is written."""
+    import math
+
+    distributed = pytest.importorskip("dask.distributed")
+    from resgrad.lab.experiments.grid import connected, parallelism
+    from resgrad.train.data import load_corpus
+
+    cfg = RobustnessConfig.quick()
+    V = load_corpus(cfg.data, cfg.block_size).tokenizer.vocab_size
+    need = math.ceil(cfg.seconds(V, threads) * 1.25)
+    assert need != math.ceil(cfg.seconds(V, 4 - threads) * 1.25)  # the count is seen
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=threads, processes=False,
+                                  dashboard_address=None) as cluster:  # fmt: skip
+        with connected("dask", cluster.scheduler_address, 5.0) as client:
+            assert parallelism(7, client) == threads
+        out = str(tmp_path / "never")
+        rc = main([*QUICK, "--out-dir", out, "--budget", "0.5", "--backend", "dask",
+                   "--scheduler", cluster.scheduler_address])  # fmt: skip
+    err = capsys.readouterr().err
+    assert rc == 2 and f"pass --budget {need} to allow it" in err, err
+    assert not os.path.exists(out)
+
+
+def test_local_workers_are_the_jobs_asked_for():
+    from resgrad.lab.experiments.grid import connected, parallelism
+
+    with connected("loky", None, 5.0) as client:
+        assert client is None and parallelism(3, client) == 3

@@ -39,7 +39,14 @@ from resgrad.formats.atomic import atomic_write_bytes, atomic_write_text
 from resgrad.formats.checkpoint import LAST, load_checkpoint
 from resgrad.formats.lock import lock_dir, new_dir_or_nothing
 from resgrad.formats.records import to_csv
-from resgrad.lab.experiments.grid import check_backend, run_grid, sidecar_is_empty, sidecar_path
+from resgrad.lab.experiments.grid import (
+    check_backend,
+    connected,
+    parallelism,
+    run_grid,
+    sidecar_is_empty,
+    sidecar_path,
+)
 from resgrad.lab.experiments.sweep import check_grid_size
 from resgrad.lab.flow.core import seed_tuple
 from resgrad.lab.study.budget import plan_left
@@ -456,14 +463,15 @@ def _run_experiment(cfg, out_dir, jobs, backend, scheduler, connect_timeout, pro
         project = f"resgrad-{cfg.name}" if log_to.project == LogConfig().project else log_to.project
         points = [(c, log_to.cell(n, out_dir, project)) for n, c in cells]
         job = _run_logged_cell
-    workers = 1 if backend == "dask" else (jobs or os.cpu_count() or 1)
-    seconds = cfg.seconds(corpus.tokenizer.vocab_size, workers)
-    work = f"{len(cells)} runs of {cfg.max_iters} steps"
-    grid = run_grid(list(zip(keys, points)), job, side, jobs=jobs,
-                    backend=backend, scheduler=scheduler, connect_timeout=connect_timeout,
-                    progress=progress, desc=f"experiment {cfg.name}",
-                    ready=plan and plan_left(plan, seconds, work, "runs"),
-                    threads=threads)  # fmt: skip
+    with connected(backend, scheduler, connect_timeout) as client:
+        workers = parallelism(jobs or os.cpu_count() or 1, client)
+        seconds = cfg.seconds(corpus.tokenizer.vocab_size, workers)
+        work = f"{len(cells)} runs of {cfg.max_iters} steps"
+        grid = run_grid(list(zip(keys, points)), job, side, jobs=jobs,
+                        backend=backend, scheduler=scheduler, connect_timeout=connect_timeout,
+                        progress=progress, desc=f"experiment {cfg.name}",
+                        ready=plan and plan_left(plan, seconds, work, "runs"),
+                        threads=threads, client=client)  # fmt: skip
     rows = [r for k in keys for r in grid.done[k]]
     summary = summarize(rows)
     entropy = unigram_entropy(corpus.text)

@@ -217,6 +217,29 @@ def _probe(scheduler: str, timeout: float) -> None:
         raise ConnectionError(f"{scheduler!r} is not a Dask scheduler: {said}")
 
 
+@contextlib.contextmanager
+def connected(backend: str, scheduler: str | None, timeout: float):
+    """The Dask client a grid on ``backend`` runs through, connected here and closed on
+    leaving (refused within ``timeout`` where no scheduler answers), or None for local
+    workers. Connected before a study estimates its time, so that the estimate can count
+    the cluster's workers (:func:`parallelism`) and an unreachable scheduler is refused
+    before anything is written."""
+    client = _connect(scheduler, timeout) if backend == "dask" else None
+    try:
+        yield client
+    finally:
+        if client is not None:
+            client.close()
+
+
+def parallelism(jobs: int, client) -> int:
+    """How many points run at once: ``jobs`` local processes, or, through a Dask ``client``,
+    the worker threads its scheduler counts now (at least 1: workers may join later)."""
+    if client is None:
+        return jobs
+    return max(1, sum(client.nthreads().values()))
+
+
 @dataclass(frozen=True)
 class GridResult:
     """What :func:`run_grid` produced."""

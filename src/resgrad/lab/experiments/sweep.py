@@ -37,7 +37,6 @@ cannot be reached within ``connect_timeout`` seconds.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 from collections.abc import Sequence
@@ -50,8 +49,8 @@ from resgrad.formats.lock import hold_lock, lock_path_for
 from resgrad.formats.records import to_csv, to_json
 from resgrad.lab.experiments.grid import (
     _check_writable,
-    _connect,
     check_backend,
+    connected,
     run_grid,
     sidecar_path,
 )
@@ -259,10 +258,9 @@ def run_sweep(
         _check_writable(plot, "the plot")
     check_backend(jobs, backend, scheduler, connect_timeout)
 
-    client = _connect(scheduler, connect_timeout) if backend == "dask" else None
     # one sweep at a time writes OUT (and its sidecar): a second fails at once, naming the holder
     with (
-        contextlib.closing(client) if client is not None else contextlib.nullcontext(),
+        connected(backend, scheduler, connect_timeout) as client,
         hold_lock(lock_path_for(out, directory=False), f"sweep output {out!r}"),
     ):
         side = sidecar_path(out)

@@ -393,10 +393,8 @@ def run_cells(cfg: RobustnessConfig, out_dir: str, *, jobs: int | None = None,
     ------
     ValueError
     """
-    from resgrad.formats.lock import lock_dir, new_dir_or_nothing
-    from resgrad.lab.experiments.grid import check_backend, sidecar_is_empty
-    from resgrad.lab.robustness.recipe import choose_lrs, pilot_cell
-    from resgrad.train.data import load_corpus, unigram_entropy
+    from resgrad.lab.experiments.grid import check_backend, connected, parallelism
+    from resgrad.train.data import load_corpus
 
     side = sidecar_path(os.path.join(out_dir, "checkpoints.csv"))
     _check_out_dir(out_dir, side)
@@ -411,9 +409,29 @@ def run_cells(cfg: RobustnessConfig, out_dir: str, *, jobs: int | None = None,
         if lv >= start:
             raise ValueError(f"level {lv:g} is above the loss every model starts near, ln V = "
                              f"{start:.3f}; expected a loss below it")  # fmt: skip
+    jobs = check_backend(jobs, backend, scheduler, connect_timeout)
+    # the cluster reached before the estimate, which counts its workers, and before any file
+    with connected(backend, scheduler, connect_timeout) as client:
+        grid = dict(jobs=jobs, backend=backend, scheduler=scheduler,
+                    connect_timeout=connect_timeout, progress=progress, threads=threads,
+                    client=client)  # fmt: skip
+        return _run_study(cfg, out_dir, side, corpus, parallelism(jobs, client), grid, budget,
+                          plan)  # fmt: skip
+
+
+def _run_study(cfg: RobustnessConfig, out_dir: str, side: str, corpus, workers: int,
+               grid: dict, budget: float, plan) -> Runs:  # fmt: skip
+    """:func:`run_cells` once its arguments are checked and its cluster reached: the
+    estimate on ``workers``, the pilot and every model through :func:`run_grid` (``grid``:
+    its backend's arguments)."""
+    from resgrad.formats.lock import lock_dir, new_dir_or_nothing
+    from resgrad.lab.experiments.grid import sidecar_is_empty
+    from resgrad.lab.robustness.recipe import choose_lrs, pilot_cell
+    from resgrad.train.data import unigram_entropy
+
+    V = corpus.tokenizer.vocab_size
     cells, pilots = cfg.cells(out_dir), cfg.pilot_cells(out_dir)
-    workers = check_backend(jobs, backend, scheduler, connect_timeout)
-    seconds = cfg.seconds(V, 1 if backend == "dask" else workers)
+    seconds = cfg.seconds(V, workers)
     kept = cfg.max_iters // cfg.keep_every + 1 + (cfg.max_iters % cfg.keep_every > 0)
     work = f"{len(cells)} models of {cfg.max_iters} steps, each read at {kept} checkpoints"
     work += f", after {len(pilots)} pilot models of {cfg.pilot_iters}" if pilots else ""
@@ -429,8 +447,6 @@ def run_cells(cfg: RobustnessConfig, out_dir: str, *, jobs: int | None = None,
     lesion_key = {**dataclasses.asdict(cfg.studies()[1]), "exact_sets": EXACT_SETS,
                   "rows": ROW_VERSION}  # fmt: skip
     studies = json.dumps(lesion_key, sort_keys=True, default=str)
-    grid = dict(jobs=jobs, backend=backend, scheduler=scheduler, connect_timeout=connect_timeout,
-                progress=progress, threads=threads)  # fmt: skip
     said: list[bool] = []
 
     def ready(secs: float, unit: str):  # the plan said once, by the first grid with work
@@ -463,7 +479,7 @@ def run_cells(cfg: RobustnessConfig, out_dir: str, *, jobs: int | None = None,
                     _check_same_cell(c, last, corpus)
         keys = [cell_key(c, corpus.sha256) + studies for _, c, _ in cells]
         points = [(c, k, cfg, corpus.text) for _, c, k in cells]
-        main = cfg.seconds(V, 1 if backend == "dask" else workers, pilot=False)
+        main = cfg.seconds(V, workers, pilot=False)
         done = run_grid(list(zip(keys, points)), measure_cell, side,
                         desc=f"robustness (about {format_seconds(seconds)})",
                         check=_stale_rows(out_dir), ready=ready(main, "models"),
