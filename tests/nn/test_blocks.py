@@ -36,18 +36,23 @@ def _block(variant, seed=0, **kw):
     return cfg, params, x
 
 
-def _reference(variant, x, P, cfg, layer=1):
-    """The scheme's formula written out with the layer functions, forward only."""
+def _reference(variant, x, P, cfg, layer=1, rng=None):
+    """The scheme's formula written out with the layer functions, forward only; with
+    ``rng``, in training mode, each sublayer's dropout drawn from it in the block's order."""
     p = f"blocks.{layer}"
+    drop = {} if rng is None else dict(dropout=cfg.dropout, train=True, rng=rng)
 
     def ln(i, h):
         return L.layernorm_forward(h, P[f"{p}.ln{i}.g"], P.get(f"{p}.ln{i}.b"), cfg.ln_eps)[0]
 
     def attn(h):
         w = [P.get(f"{p}.attn.{k}") for k in ("w_qkv", "b_qkv", "w_proj", "b_proj")]
-        return L.attention_forward(h, *w, cfg.n_head)[0]
+        return L.attention_forward(h, *w, cfg.n_head, **drop)[0]
 
     def mlp(h):  # by hand: the GELU the config names between the two linear maps
+        if drop:  # the layer's own, with its dropout
+            w = [P.get(f"{p}.mlp.{k}") for k in ("w_fc", "b_fc", "w_proj", "b_proj")]
+            return L.mlp_forward(h, *w, **drop, activation=cfg.activation)[0]
         gelu = {"gelu-tanh": L.gelu_forward, "gelu-erf": L.gelu_erf_forward}[cfg.activation]
         a = gelu(L.linear_forward(h, P[f"{p}.mlp.w_fc"], P.get(f"{p}.mlp.b_fc"))[0])[0]
         return L.linear_forward(a, P[f"{p}.mlp.w_proj"], P.get(f"{p}.mlp.b_proj"))[0]
@@ -85,6 +90,32 @@ def test_block_forward_is_the_schemes_formula(variant, bias, activation):
     np.testing.assert_allclose(out, _reference(variant, x, P, cfg), rtol=1e-13, atol=1e-13)
     other = dataclasses.replace(cfg, activation=({"gelu-tanh", "gelu-erf"} - {activation}).pop())
     assert np.abs(out - Bk.block_forward(x, P, "blocks.1", other)[0]).max() > 1e-9
+
+
+@pytest.mark.parametrize("variant", Bk.BLOCK_LN)
+def test_every_layernorm_of_a_block_uses_the_configs_epsilon(variant):
+    # a large epsilon moves every normalized value: a norm left at its default shows
+    cfg, P, x = _block(variant, ln_eps=0.5)
+    out, _ = Bk.block_forward(x, P, "blocks.1", cfg)
+    np.testing.assert_allclose(out, _reference(variant, x, P, cfg), rtol=1e-13, atol=1e-13)
+    small = dataclasses.replace(cfg, ln_eps=1e-5)
+    assert np.abs(out - Bk.block_forward(x, P, "blocks.1", small)[0]).max() > 1e-3
+
+
+@pytest.mark.parametrize("variant", Bk.VARIANTS)
+def test_dropout_in_training_mode_reaches_both_sublayers_in_order(variant):
+    """In training mode each sublayer drops out at the config's rate, attention's draws
+    first and the MLP's after, from the one stream the block is given (a sublayer that
+    dropped nothing, or drew out of turn, leaves the stream elsewhere for the next); out of
+    training mode, the default, the block is its formula exactly."""
+    cfg, P, x = _block(variant, dropout=0.3)
+    out, _ = Bk.block_forward(x, P, "blocks.1", cfg, train=True, rng=np.random.default_rng(7))
+    want = _reference(variant, x, P, cfg, rng=np.random.default_rng(7))
+    np.testing.assert_allclose(out, want, rtol=1e-13, atol=1e-13)
+    plain = _reference(variant, x, P, cfg)
+    assert np.abs(out - plain).max() > 1e-3  # the dropout did something
+    np.testing.assert_allclose(Bk.block_forward(x, P, "blocks.1", cfg)[0], plain, rtol=1e-13,
+                               atol=1e-13)  # fmt: skip
 
 
 @pytest.mark.parametrize("variant", ["pre-ln", "deepnorm"])
@@ -353,7 +384,8 @@ def test_float32_block_stays_float32():
 
 
 def test_unknown_names_are_refused():
-    with pytest.raises(ValueError, match="unknown variant 'prenorm'; expected one of pre-ln"):
+    every = "pre-ln, post-ln, none, residual, rezero, deepnorm, ln-scaling"
+    with pytest.raises(ValueError, match=f"unknown variant 'prenorm'; expected one of {every}$"):
         Bk.block_forward(np.zeros((1, 1, 6)), {}, "blocks.0", _Fake("prenorm"))
     with pytest.raises(ValueError, match="unknown init 'he'; expected one of gpt2, xavier"):
         Bk.init_block_params(_Fake("pre-ln", init="he"), 0, np.random.default_rng(0))

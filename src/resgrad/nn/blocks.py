@@ -213,7 +213,7 @@ class BlockCache(NamedTuple):
     mlp: StepCache
     prefix: str  # "blocks.{i}"
     variant: str
-    alpha: float  # rezero's learned alpha, deepnorm's constant, ln-scaling's l^-p; else 1.0
+    alpha: Any  # rezero's learned alpha, deepnorm's constant, ln-scaling's l^-p; else None
 
 
 def _sublayer_forward(name, x, params, p, cfg, train, rng):
@@ -251,8 +251,8 @@ def scheme_forward(
 
     ``sublayer(h)`` returns ``(f(h), cache)``; ``g``, ``b`` are the scheme's LayerNorm
     (None where it has none) and ``alpha`` rezero's, deepnorm's or ln-scaling's scale
-    (:func:`block_alpha`). The KV-cache sampler passes its own attention here, so training
-    and sampling share the schemes.
+    (:func:`block_alpha`; None in the schemes without one). The KV-cache sampler passes its
+    own attention here, so training and sampling share the schemes.
     """
     if variant in PRE_LN:
         h, c_ln = layernorm_forward(x, g, b, eps)  # 1) (B,T,C) h = ln(x)
@@ -286,15 +286,16 @@ def _step_forward(i, x, params, p, cfg, alpha, train, rng):
 def block_alpha(params: dict[str, np.ndarray], prefix: str, cfg: Any, dtype: Any) -> Any:
     """The block's scale: rezero's learned alpha, deepnorm's constant, ln-scaling's
     ``l^-p`` for block ``prefix = "blocks.{l - 1}"`` (it goes with the block's name, so a
-    block run elsewhere keeps its own), else 1."""
+    block run elsewhere keeps its own); None in the schemes that have no scale, whose
+    formulas never read it."""
     if cfg.variant == "rezero":
         return np.dtype(dtype).type(params[f"{prefix}.alpha"][0])  # learned, one per block
     if cfg.variant == "deepnorm":
         return np.dtype(dtype).type(deepnorm_alpha(cfg.n_layer))  # DeepNet's (2L)^(1/4)
     if cfg.variant == "ln-scaling":
-        layer = int(prefix.rsplit(".", 1)[-1])  # "blocks.{layer}"
+        layer = int(prefix.removeprefix("blocks."))  # "blocks.{layer}"
         return np.dtype(dtype).type(ln_scale(layer, cfg.ln_scaling_power))  # Sun et al.'s 1/l^p
-    return np.dtype(dtype).type(1.0)
+    return None
 
 
 def _step_backward(i, dout, c, p, variant, alpha, grads):
@@ -366,7 +367,7 @@ def block_forward(
     cache : BlockCache
     """
     _check_variant(cfg.variant)
-    p = prefix.rstrip(".")
+    p = prefix
     alpha = block_alpha(params, p, cfg, x.dtype)
     h, c_attn = _step_forward(0, x, params, p, cfg, alpha, train, rng)  # 1) (B,T,C) attention
     out, c_mlp = _step_forward(1, h, params, p, cfg, alpha, train, rng)  # 2) (B,T,C) MLP
