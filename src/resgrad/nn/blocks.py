@@ -367,7 +367,7 @@ def block_forward(
     cache : BlockCache
     """
     _check_variant(cfg.variant)
-    p = prefix
+    p = prefix  # "blocks.{i}"
     alpha = block_alpha(params, p, cfg, x.dtype)
     h, c_attn = _step_forward(0, x, params, p, cfg, alpha, train, rng)  # 1) (B,T,C) attention
     out, c_mlp = _step_forward(1, h, params, p, cfg, alpha, train, rng)  # 2) (B,T,C) MLP
