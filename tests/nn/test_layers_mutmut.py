@@ -1,7 +1,9 @@
 """The layers where mutmut found them untested: dropout inside attention and the MLP in
 training mode (its stream, its order, its gradient), dropout's own stream and bounds, the
 embedding's sum and bounds, LayerNorm where epsilon dominates, softmax along any axis, the
-derivatives at their edges, the named-parameter classes, and the refusals' names."""
+derivatives at their edges, the named-parameter classes, attention's steps over any leading
+axes and blocks and from a flash cache, the in-place passes' memory, and the refusals'
+names."""
 
 import numpy as np
 import pytest
