@@ -426,7 +426,7 @@ def run_experiment(
     out_dir/tb`` lists the cells as runs. ``plan``: called once, after every check and
     before the first cell trains, with the estimated seconds and what the work is.
     """
-    check_backend(jobs, backend, scheduler, connect_timeout)
+    jobs = check_backend(jobs, backend, scheduler, connect_timeout)  # every core by default
     if cfg.data is not None:  # every cell reads it: refused here, before any directory
         check_text_file(cfg.data)
     # an experiment refused before a cell finished (a model too large, a text too short,
@@ -464,7 +464,7 @@ def _run_experiment(cfg, out_dir, jobs, backend, scheduler, connect_timeout, pro
         points = [(c, log_to.cell(n, out_dir, project)) for n, c in cells]
         job = _run_logged_cell
     with connected(backend, scheduler, connect_timeout) as client:
-        workers = parallelism(jobs or os.cpu_count() or 1, client)
+        workers = parallelism(jobs, client)
         seconds = cfg.seconds(corpus.tokenizer.vocab_size, workers)
         work = f"{len(cells)} runs of {cfg.max_iters} steps"
         grid = run_grid(list(zip(keys, points)), job, side, jobs=jobs,
